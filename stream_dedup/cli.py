@@ -1,0 +1,218 @@
+"""The one entry point, ``stream-dedup``. Each subcommand is a thin shell over a module.
+
+Exit codes: 0 success; 1 the run finished but found a problem it reports (topic drift, bad
+input lines with --strict, an eval below --min-f1); 2 usage or configuration error; 3 the
+environment is missing something (no broker reachable, Maven Central unreachable).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from .config import ConfigError, Settings, load_settings
+
+EXIT_PROBLEM, EXIT_USAGE, EXIT_ENV = 1, 2, 3
+
+
+class Ctx:
+    def __init__(self, config: str | None, bootstrap: str | None):
+        self.config_path = config
+        self.bootstrap = bootstrap
+        self._settings: Settings | None = None
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            try:
+                s = load_settings(self.config_path)
+            except ConfigError as e:
+                click.echo(f"stream-dedup: {e}", err=True)
+                sys.exit(EXIT_USAGE)
+            if self.bootstrap:
+                s.kafka.bootstrap = self.bootstrap
+            self._settings = s
+        return self._settings
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "-c", type=click.Path(dir_okay=False), envvar="STREAM_DEDUP_CONFIG",
+              help="TOML configuration file (STREAM_DEDUP_* environment variables override it).")
+@click.option("--bootstrap", "-b", metavar="HOST:PORT", help="Kafka bootstrap servers (overrides the config).")
+@click.version_option(package_name="stream-dedup")
+@click.pass_context
+def main(ctx: click.Context, config: str | None, bootstrap: str | None) -> None:
+    """Find exact and near-duplicate documents in a stream of page events."""
+    ctx.obj = Ctx(config, bootstrap)
+
+
+# ----------------------------------------------------------------------------- embedded engine
+@main.command()
+@click.argument("input", type=click.Path(allow_dash=True))
+@click.option("--out", "-o", type=click.Path(allow_dash=True), default="-", help="verdict JSONL (default stdout)")
+@click.option("--state", type=click.Path(file_okay=False), help="RocksDB state folder (default: a temp folder)")
+@click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: for files)")
+@click.option("--json-summary", is_flag=True, help="print the summary as JSON on stderr")
+@pass_ctx
+def scan(c: Ctx, input: str, out: str, state: str | None, progress: bool | None, json_summary: bool) -> None:
+    """Run the engine over a JSONL file (or - for stdin) and write one verdict per id."""
+    from .scan import run_scan
+
+    summary = run_scan(c.settings, input, out, state_dir=state,
+                       progress=(input != "-") if progress is None else progress)
+    if json_summary:
+        click.echo(json.dumps(summary.as_dict()), err=True)
+    else:
+        click.echo(summary.describe(), err=True)
+
+
+@main.command("eval")
+@click.argument("verdicts", type=click.Path(exists=True, dir_okay=False))
+@click.argument("labels", type=click.Path(exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="print the scores as JSON")
+@click.option("--min-f1", type=float, default=None, help="exit 1 if the overall F1 is below this")
+def eval_cmd(verdicts: str, labels: str, as_json: bool, min_f1: float | None) -> None:
+    """Precision, recall and F1 of duplicate verdicts against ground-truth clusters."""
+    from .evaluate import evaluate_files
+
+    report = evaluate_files(verdicts, labels)
+    click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.describe())
+    if min_f1 is not None and report.overall.f1 < min_f1:
+        sys.exit(EXIT_PROBLEM)
+
+
+@main.group()
+def idf() -> None:
+    """Build the IDF table that weights SimHash features and picks I-Match lexicons."""
+
+
+@idf.command("build")
+@click.argument("corpus", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="output table (idf.bin)")
+@click.option("--field", default="text", help="JSON field holding the text")
+@click.option("--limit", type=int, default=None, help="read at most this many documents")
+@pass_ctx
+def idf_build(c: Ctx, corpus: str, out: str, field: str, limit: int | None) -> None:
+    """Count document frequencies of jieba words in CORPUS.jsonl and write an IDF table."""
+    from .core.idf import build_idf_from_jsonl
+
+    table = build_idf_from_jsonl(corpus, field=field, limit=limit, settings=c.settings.text, progress=True)
+    table.save(out)
+    click.echo(f"wrote {out}: {len(table)} words from {table.docs} documents", err=True)
+
+
+# ----------------------------------------------------------------------------- Kafka
+@main.command()
+@pass_ctx
+@click.option("--workers", type=int, default=1, help="agent concurrency inside this process")
+def worker(c: Ctx, workers: int) -> None:
+    """Run a Kafka stream worker. Start N of them (on N machines) to scale out."""
+    from .stream.app import run_worker
+
+    run_worker(c.settings, concurrency=workers)
+
+
+@main.group()
+def topics() -> None:
+    """Create or check the topics defined in topics/."""
+
+
+@topics.command("apply")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def topics_apply(c: Ctx, as_json: bool) -> None:
+    """Create missing topics; report drift (partitions, config) without changing existing ones."""
+    from .topics import apply
+
+    try:
+        report = apply(c.settings)
+    except Exception as e:  # noqa: BLE001 - librdkafka raises KafkaException with a clear message
+        click.echo(f"stream-dedup: cannot reach Kafka at {c.settings.kafka.bootstrap}: {e}", err=True)
+        sys.exit(EXIT_ENV)
+    if as_json:
+        click.echo(json.dumps(report.as_dict()))
+    else:
+        for name in report.created:
+            click.echo(f"created  {name}")
+        for name in report.ok:
+            click.echo(f"ok       {name}")
+        for name, problems in report.drift.items():
+            click.echo(f"DRIFT    {name}: " + "; ".join(problems))
+    sys.exit(0 if report.clean else EXIT_PROBLEM)
+
+
+@topics.command("list")
+@pass_ctx
+def topics_list(c: Ctx) -> None:
+    """Print the topic definitions with the names this configuration gives them."""
+    from .topics import load_specs
+
+    for s in load_specs(c.settings):
+        click.echo(f"{s.name:32} partitions={s.partitions:<4} {s.role}")
+
+
+@main.command()
+@click.argument("input", type=click.Path(allow_dash=True))
+@click.option("--topic", default=None, help="target topic (default: topics.pages)")
+@click.option("--limit", type=int, default=None, help="send at most this many lines")
+@click.option("--rate", type=float, default=None, help="events per second (default: as fast as possible)")
+@click.option("--progress/--no-progress", default=True)
+@pass_ctx
+def produce(c: Ctx, input: str, topic: str | None, limit: int | None, rate: float | None, progress: bool) -> None:
+    """Put a JSONL corpus on the input topic, one line per message, keyed by id."""
+    from .produce import produce_jsonl
+
+    try:
+        n = produce_jsonl(c.settings, input, topic=topic, limit=limit, rate=rate, progress=progress)
+    except RuntimeError as e:
+        click.echo(f"stream-dedup: {e}", err=True)
+        sys.exit(EXIT_ENV)
+    click.echo(f"produced {n} events to {topic or c.settings.topics.pages}", err=True)
+
+
+@main.command()
+@click.option("--topic", default=None, help="topic to follow (default: topics.verdicts)")
+@click.option("--max", "max_messages", type=int, default=None, help="stop after this many messages")
+@click.option("--idle", type=float, default=None, help="stop after this many seconds without a message")
+@click.option("--from-end", is_flag=True, help="only new messages")
+@click.option("--summary", is_flag=True, help="print counts by verdict at the end instead of every message")
+@pass_ctx
+def tail(c: Ctx, topic: str | None, max_messages: int | None, idle: float | None, from_end: bool,
+         summary: bool) -> None:
+    """Print verdicts (or any topic's messages) as JSON lines."""
+    from .produce import tail_topic
+
+    counts = tail_topic(c.settings, topic or c.settings.topics.verdicts, max_messages=max_messages,
+                        idle=idle, from_end=from_end, echo=None if summary else click.echo)
+    if summary:
+        click.echo(json.dumps(counts, sort_keys=True))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def status(c: Ctx, as_json: bool) -> None:
+    """Consumer lag per partition and partition ownership of the workers' consumer group."""
+    from .status import group_status
+
+    st = group_status(c.settings)
+    click.echo(json.dumps(st, indent=2) if as_json else st["text"])
+
+
+@main.command("config")
+@pass_ctx
+def show_config(c: Ctx) -> None:
+    """Print the effective configuration (secrets redacted)."""
+    data = c.settings.model_dump(mode="json")
+    data["kafka"]["client"] = c.settings.kafka.redacted_client()
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

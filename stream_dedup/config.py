@@ -1,0 +1,204 @@
+"""Configuration: one TOML file plus ``STREAM_DEDUP_*`` environment overrides, validated at start.
+
+Why a small loader instead of a settings framework: the file and the environment must merge into
+one nested model *before* validation, so that an error names the setting wherever it came from
+(``engine.window_ms: Input should be greater than 0 (from STREAM_DEDUP_ENGINE__WINDOW_MS)``).
+
+Environment overrides use ``__`` between levels: ``STREAM_DEDUP_SIMHASH__K=4``,
+``STREAM_DEDUP_KAFKA__CLIENT__SASL_MECHANISM=SCRAM-SHA-512`` (under ``kafka.client`` a single
+``_`` becomes ``.``, since librdkafka keys are dotted). Values are parsed as JSON when they parse
+(numbers, booleans, lists), else taken as strings. ``KAFKA_BOOTSTRAP`` is honoured as the default
+bootstrap address so that the test suite, the demo and the worker agree on one cluster.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+ENV_PREFIX = "STREAM_DEDUP_"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot start a run; the message names every bad setting."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KafkaSettings(_Section):
+    bootstrap: str = Field("127.0.0.1:9092", description="host:port[,host:port...] of the Kafka cluster "
+                                                      "(default: $KAFKA_BOOTSTRAP if set)")
+    client: dict[str, str] = Field(default_factory=dict, description=(
+        "librdkafka-style client settings passed to every Kafka client as they are: "
+        "security.protocol, sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, ..."))
+    replication_factor: int = Field(1, ge=1, description="replication factor for topics created by `topics apply`")
+    min_insync_replicas: int = Field(1, ge=1, description="min.insync.replicas for topics created by `topics apply`")
+
+    @field_validator("bootstrap")
+    @classmethod
+    def _hostport(cls, v: str) -> str:
+        for part in v.split(","):
+            host, _, port = part.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"expected host:port, got {part!r}")
+        return v
+
+    def redacted_client(self) -> dict[str, str]:
+        """Client settings safe to print: secrets replaced by ``***``."""
+        return {k: ("***" if any(s in k for s in ("password", "secret", "key.pem", "token")) else v)
+                for k, v in self.client.items()}
+
+
+class TopicSettings(_Section):
+    pages: str = "pages"
+    dlq: str = "pages.dlq"
+    verdicts: str = "verdicts"
+    unique: str = "unique"
+    duplicate: str = "duplicate"
+    internal_prefix: str = Field("stream-dedup", description="prefix of the internal repartition and changelog topics")
+    partitions: int = Field(6, ge=1, le=1024, description="partitions of pages and every internal topic")
+    dir: Path | None = Field(None, description="folder with topics.toml and schemas/ (default: the repo's topics/)")
+
+    def definitions_dir(self) -> Path:
+        return self.dir or Path(os.environ.get("STREAM_DEDUP_TOPICS_DIR", REPO_ROOT / "topics"))
+
+
+class TextSettings(_Section):
+    traditional_to_simplified: bool = True
+    user_dict: Path | None = Field(None, description="jieba user dictionary (word [freq [tag]] per line)")
+    stopwords: Path | None = Field(None, description="stop-word list, one per line (default: the shipped list)")
+    idf: Path | None = Field(None, description="IDF table built by `stream-dedup idf build` (default: the shipped one)")
+    max_chars: int = Field(2_000_000, gt=0, description="longer texts are rejected to the DLQ")
+    max_html_depth: int = Field(512, gt=0, description="deeper HTML is rejected to the DLQ")
+    short_chars: int = Field(200, ge=0, description="texts with fewer normalized chars are 'short' (SMS, headlines)")
+
+
+class SimhashSettings(_Section):
+    k: int = Field(3, ge=0, le=31, description="Hamming distance at or below which two fingerprints match")
+    bands: Literal["4x16", "5c2", "auto"] = Field(
+        "4x16", description="4x16: k+1 blocks, one key each; 5c2: k+2 blocks, every pair of blocks a key")
+    min_features: int = Field(8, ge=1, description="documents with fewer distinct words are left to other detectors")
+
+
+class NgramSettings(_Section):
+    m: int = Field(4, ge=2, description="gram length in characters")
+    w: int = Field(8, ge=1, description="winnowing window: one key per w consecutive grams at least")
+    threshold: float = Field(0.6, gt=0, le=1, description="word Jaccard at or above which short texts match")
+
+
+class MinhashSettings(_Section):
+    num_perm: int = Field(128, ge=8)
+    bands: int = Field(32, ge=1)
+    shingle: int = Field(5, ge=1, description="character shingle length")
+    threshold: float = Field(0.8, gt=0, le=1)
+
+
+class ImatchSettings(_Section):
+    lexicons: int = Field(5, ge=0, description="extra randomized lexicons besides the main one")
+    drop: float = Field(0.1, ge=0, lt=1, description="share of the main lexicon each extra lexicon drops")
+    min_words: int = Field(10, ge=1)
+
+
+class EngineSettings(_Section):
+    detectors: list[str] | Literal["auto"] = Field(
+        "auto", description="detectors to run, or auto: ngram for short texts, simhash for long ones")
+    window_ms: int = Field(7 * 24 * 3600 * 1000, gt=0, description="event-time window of exact and near state")
+    bloom_capacity: int = Field(1_000_000, gt=0, description="distinct documents per window the Bloom filter is sized for")
+    bloom_fp_rate: float = Field(0.01, gt=0, lt=1)
+
+
+class WorkerSettings(_Section):
+    app_id: str = "stream-dedup"
+    state_dir: Path = Path(".state")
+    web_host: str = Field("127.0.0.1", description="status/metrics HTTP bind address (loopback unless set)")
+    web_port: int = Field(6066, ge=0, le=65535)
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
+
+
+class Settings(_Section):
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    topics: TopicSettings = Field(default_factory=TopicSettings)
+    text: TextSettings = Field(default_factory=TextSettings)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    simhash: SimhashSettings = Field(default_factory=SimhashSettings)
+    ngram: NgramSettings = Field(default_factory=NgramSettings)
+    minhash: MinhashSettings = Field(default_factory=MinhashSettings)
+    imatch: ImatchSettings = Field(default_factory=ImatchSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+
+
+def _parse_env_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _env_overrides(environ: dict[str, str]) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
+    tree: dict[str, Any] = {}
+    origin: dict[tuple[str, ...], str] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == "STREAM_DEDUP_TOPICS_DIR":
+            continue
+        path = [p.lower() for p in name[len(ENV_PREFIX):].split("__") if p]
+        if not path:
+            continue
+        if path[:2] == ["kafka", "client"] and len(path) == 3:
+            path[2] = path[2].replace("_", ".")
+            value: Any = raw
+        else:
+            value = _parse_env_value(raw)
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{name}: {'.'.join(path)} is not a section")
+        node[path[-1]] = value
+        origin[tuple(path)] = name
+    return tree, origin
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_settings(path: str | Path | None = None, environ: dict[str, str] | None = None) -> Settings:
+    """Read the TOML file (if any), apply environment overrides, validate; raise ConfigError."""
+    environ = dict(os.environ if environ is None else environ)
+    data: dict[str, Any] = {}
+    if path is None and environ.get("STREAM_DEDUP_CONFIG"):
+        path = environ["STREAM_DEDUP_CONFIG"]
+    if path is not None:
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {p}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    environ.pop("STREAM_DEDUP_CONFIG", None)
+    overrides, origin = _env_overrides(environ)
+    merged = _merge(data, overrides)
+    if environ.get("KAFKA_BOOTSTRAP") and "bootstrap" not in merged.get("kafka", {}):
+        merged.setdefault("kafka", {})["bootstrap"] = environ["KAFKA_BOOTSTRAP"]
+        origin[("kafka", "bootstrap")] = "KAFKA_BOOTSTRAP"
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            loc = tuple(str(x) for x in err["loc"])
+            src = origin.get(loc)
+            where = f" (from {src})" if src else (f" (in {path})" if path else "")
+            lines.append(f"  {'.'.join(loc)}: {err['msg']}{where}")
+        raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None

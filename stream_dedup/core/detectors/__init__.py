@@ -1,0 +1,41 @@
+"""Detector registry: configuration names -> detector instances."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .base import Detector, Match, Sketch
+from .ngram import NgramDetector
+from .simhash import SimhashDetector
+
+if TYPE_CHECKING:
+    from ...config import Settings
+    from ..idf import IdfTable
+    from ..tokenize import WordTokenizer
+
+__all__ = ["Detector", "Match", "Sketch", "build_detectors", "NAMES"]
+NAMES = ("simhash", "ngram")
+
+
+def build_detectors(settings: "Settings", tokenizer: "WordTokenizer", idf: "IdfTable") -> list[Detector]:
+    """The configured detectors, in priority order (ties between equally early matches go to the first).
+
+    ``auto``: ngram for short texts and simhash for long ones, with an overlap band around
+    ``text.short_chars`` where both run, so that a pair straddling the boundary still shares one.
+    """
+    short = settings.text.short_chars
+    names = list(NAMES) if settings.engine.detectors == "auto" else list(settings.engine.detectors)
+    auto = settings.engine.detectors == "auto"
+    out: list[Detector] = []
+    for name in names:
+        if name == "simhash":
+            out.append(SimhashDetector(tokenizer, idf, k=settings.simhash.k,
+                                       bands="4x16" if settings.simhash.bands == "auto" else settings.simhash.bands,
+                                       min_features=settings.simhash.min_features,
+                                       min_chars=short // 2 if auto else 0))
+        elif name == "ngram":
+            out.append(NgramDetector(tokenizer, m=settings.ngram.m, w=settings.ngram.w,
+                                     threshold=settings.ngram.threshold,
+                                     max_chars=short + short // 2 if auto else None))
+        else:
+            raise ValueError(f"unknown detector {name!r}; known: {', '.join(NAMES)}")
+    return out

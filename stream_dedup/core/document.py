@@ -1,0 +1,132 @@
+"""Page events in, prepared documents out: validation, normalization, the exact digest.
+
+Validation mirrors ``topics/schemas/page_event.schema.json`` (a test proves they agree) but is
+hand-written for two reasons: every rejection needs a stable reason code for the dead-letter
+topic, and it runs on every event in the hot path.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .hashing import digest128
+from .text import normalize
+
+
+class Rejected(ValueError):
+    """An event that cannot be judged; ``reason`` is a stable code for the dead-letter topic."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass
+class Doc:
+    """One prepared document: what every detector and stage reads."""
+
+    id: str
+    ts: int  # epoch ms (integer): (ts, id) orders documents everywhere
+    text: str  # normalized
+    digest: bytes  # 16 bytes, mmh3 128 of ``text``
+    kind: str = "text"  # "text" or "html"
+    title: str | None = None
+    rank: float | None = None
+    html_blocks: list[tuple[int, str]] | None = None  # (level, normalized text) for HTML pages
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)  # per-doc features (words, skeleton)
+
+    @property
+    def order(self) -> tuple[int, str]:
+        return (self.ts, self.id)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_bytes: int = 8 * 1024 * 1024
+    max_chars: int = 2_000_000
+    max_html_depth: int = 512
+
+
+def parse_event(raw: bytes | str | dict, limits: Limits = Limits()) -> dict:
+    """Bytes or str of one JSON event -> dict, or Rejected."""
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, bytes):
+        if len(raw) > limits.max_bytes:
+            raise Rejected("oversized", f"{len(raw)} bytes > {limits.max_bytes}")
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise Rejected("bad_utf8", str(e)) from None
+    elif len(raw) > limits.max_bytes:
+        raise Rejected("oversized", f"{len(raw)} chars > {limits.max_bytes}")
+    try:
+        obj = json.loads(raw)
+    except RecursionError:
+        raise Rejected("not_json", "nested too deeply") from None
+    except ValueError as e:
+        raise Rejected("not_json", str(e)) from None
+    if not isinstance(obj, dict):
+        raise Rejected("not_object", f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _str_field(event: dict, name: str) -> str | None:
+    v = event.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise Rejected(f"bad_{name}", f"{name} must be a string, got {type(v).__name__}")
+    return v
+
+
+def validate(event: dict, default_ts: int | None = None, limits: Limits = Limits()) -> tuple[str, int, str, str]:
+    """Check the event against the page-event contract; return (id, ts, kind, body)."""
+    if "id" not in event or event["id"] is None:
+        raise Rejected("missing_id", "the event has no id")
+    ident = event["id"]
+    if isinstance(ident, bool) or not isinstance(ident, (str, int)):
+        raise Rejected("bad_id", f"id must be a string or integer, got {type(ident).__name__}")
+    ident = str(ident)
+    if not ident or len(ident) > 1024:
+        raise Rejected("bad_id", "id must have 1 to 1024 characters")
+    text = _str_field(event, "text")
+    html = _str_field(event, "html")
+    _str_field(event, "title")
+    _str_field(event, "url")
+    _str_field(event, "source")
+    if text is None and html is None:
+        raise Rejected("missing_text", "the event has neither text nor html")
+    body, kind = (text, "text") if text is not None else (html, "html")
+    if len(body) > limits.max_chars:
+        raise Rejected("oversized", f"{len(body)} chars > {limits.max_chars}")
+    ts = event.get("ts")
+    if ts is None:
+        if default_ts is None:
+            raise Rejected("missing_ts", "no ts and no default")
+        ts = default_ts
+    elif isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or abs(ts) > 2**62:
+        raise Rejected("bad_ts", f"ts must be a finite number of epoch milliseconds, got {ts!r}")
+    rank = event.get("rank")
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, (int, float)) or not math.isfinite(rank)):
+        raise Rejected("bad_rank", "rank must be a finite number")
+    return ident, int(math.floor(ts)), kind, body
+
+
+def make_doc(ident: str, ts: int, kind: str, body: str, *, title: str | None = None, rank: float | None = None,
+             t2s: bool = True, limits: Limits = Limits()) -> Doc:
+    blocks = None
+    if kind == "html":
+        from .html import extract_blocks
+
+        blocks = [(lvl, normalize(t, t2s=t2s)) for lvl, t in extract_blocks(body, max_depth=limits.max_html_depth)]
+        blocks = [(lvl, t) for lvl, t in blocks if t]
+        text = " ".join(t for _, t in blocks)
+    else:
+        text = normalize(body, t2s=t2s)
+    if not text:
+        raise Rejected("empty_text", "no text left after normalization")
+    return Doc(ident, ts, text, digest128(text), kind, title, rank, blocks)

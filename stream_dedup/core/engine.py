@@ -1,0 +1,124 @@
+"""Engine: every stage in one process, one partition of each state store.
+
+It is the embedded driver behind ``stream-dedup scan`` and the Python API, and the reference the
+Kafka workers are tested against: both call the functions in ``stages``.
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+from .document import Rejected
+from .exact import ExactStore
+from .index import BucketIndex
+from .stages import DecideStage, IndexStage, Preparer, exact_stage
+from .store import KVStore
+from .verdict import Verdict
+
+if TYPE_CHECKING:
+    from ..config import Settings
+
+
+@dataclass
+class Counts:
+    docs: int = 0
+    rejected: int = 0
+    unique: int = 0
+    exact: int = 0
+    near: int = 0
+    revisions: int = 0
+    by_detector: dict[str, int] = field(default_factory=dict)
+
+
+class Engine:
+    EXPIRE_EVERY = 4096
+
+    def __init__(self, settings: "Settings", state_dir: str | Path | None = None):
+        self.settings = settings
+        self._tmp = None
+        if state_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="stream-dedup-")
+            state_dir = self._tmp.name
+        self.state_dir = Path(state_dir)
+        self.window = settings.engine.window_ms
+        self.preparer = Preparer(settings)
+        self.exact_kv = KVStore(self.state_dir / "exact")
+        self.index_kv = KVStore(self.state_dir / "index")
+        self.exact = ExactStore(self.exact_kv, self.window, bloom_capacity=settings.engine.bloom_capacity,
+                                bloom_fp_rate=settings.engine.bloom_fp_rate)
+        self.index = IndexStage(BucketIndex(self.index_kv), self.preparer.detectors, self.window)
+        self.decide = DecideStage()
+        self.digests: dict[str, bytes] = {}
+        self.watermark: int | None = None
+        self._since_expire = 0
+
+    def process(self, raw: bytes | str | dict, default_ts: int | None = None) -> list[Verdict]:
+        """Judge one event; return the verdicts it caused (its own, and revisions of others).
+
+        Raises ``Rejected`` for events that cannot be judged, including a second event with an
+        id already seen and different content (the first content of an id stands; a replay of
+        the same content is harmless and returns the same verdict).
+        """
+        doc = self.preparer.document(raw, default_ts)
+        seen = self.digests.get(doc.id)
+        if seen is not None and seen != doc.digest:
+            raise Rejected("id_conflict", f"id {doc.id!r} was already seen with different content")
+        self.digests[doc.id] = doc.digest
+        prepared = self.preparer.sketch(doc)
+        verdicts: list[Verdict] = []
+        msgs, probes = exact_stage(self.exact, prepared, 1)
+        for m in msgs:
+            v = self.decide.apply(m)
+            if v:
+                verdicts.append(v)
+        for probe in probes:
+            for m in self.index.process(probe):
+                v = self.decide.apply(m)
+                if v:
+                    verdicts.append(v)
+        self._advance(doc.ts)
+        return verdicts
+
+    def _advance(self, ts: int) -> None:
+        if self.watermark is None or ts > self.watermark:
+            self.watermark = ts
+        self._since_expire += 1
+        if self._since_expire >= self.EXPIRE_EVERY:
+            self._since_expire = 0
+            self.expire()
+
+    def expire(self) -> int:
+        """Drop exact and near state older than the window behind the newest event time."""
+        if self.watermark is None:
+            return 0
+        cutoff = self.watermark - self.window
+        return self.exact.expire(cutoff) + self.index.index.expire(cutoff)
+
+    def verdict(self, ident: str) -> Verdict | None:
+        st = self.decide.states.get(ident)
+        if st is None or st.emitted is None:
+            return None
+        v = st.verdict()
+        v.revision = st.revision
+        return v
+
+    def verdicts(self) -> Iterable[Verdict]:
+        for ident in self.digests:
+            v = self.verdict(ident)
+            if v is not None:
+                yield v
+
+    def close(self) -> None:
+        self.exact_kv.close()
+        self.index_kv.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

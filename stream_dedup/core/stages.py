@@ -1,0 +1,247 @@
+"""The stage functions of the dataflow, shared by both drivers.
+
+    prepare ──► exact ──► probes ──► index ──► decide
+    (stateless)  (by digest)  (by band-key partition)  (by doc id)
+
+``Engine`` calls them in one process (one partition of everything); the Kafka workers call the
+same functions on the partitions they own and carry the messages below between them over
+topics. Every message is a small dataclass with ``to_bytes``/``from_bytes``.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable, MutableMapping
+
+from .detectors import Detector, build_detectors
+from .document import Doc, Limits, Rejected, make_doc, parse_event, validate
+from .exact import ExactStore
+from .idf import load_idf
+from .index import BucketIndex
+from .tokenize import WordTokenizer
+from .verdict import Candidate, DocState, Verdict
+
+if TYPE_CHECKING:
+    from ..config import Settings
+
+_GOLDEN = 0x9E3779B97F4A7C15
+_M64 = (1 << 64) - 1
+
+
+def key_partition(det: int, key: int, partitions: int) -> int:
+    """Which band-key partition owns bucket (det, key): a fixed mix, the same in every process."""
+    return ((((key ^ (det << 56)) * _GOLDEN) & _M64) >> 32) % partitions
+
+
+def id_partition(ident: str, partitions: int) -> int:
+    import mmh3
+
+    return mmh3.hash(ident.encode("utf-8", "surrogatepass"), signed=False) % partitions
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode("ascii")
+
+
+def _unb64(s: str) -> bytes:
+    return base64.b64decode(s)
+
+
+# ------------------------------------------------------------------------------------ messages
+@dataclass
+class Prepared:
+    """prepare -> exact: everything the later stages need of one document (never its text)."""
+
+    id: str
+    ts: int
+    digest: bytes
+    kind: str
+    sketches: list[tuple[int, tuple[int, ...], bytes]]  # (detector code, keys, payload)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"id": self.id, "ts": self.ts, "d": _b64(self.digest), "k": self.kind,
+                           "s": [[c, list(k), _b64(p)] for c, k, p in self.sketches]},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, b: bytes) -> "Prepared":
+        d = json.loads(b)
+        return cls(d["id"], d["ts"], _unb64(d["d"]), d["k"], [(c, tuple(k), _unb64(p)) for c, k, p in d["s"]])
+
+
+@dataclass
+class Probe:
+    """exact -> index: one document's keys that fall in one band-key partition."""
+
+    id: str
+    ts: int
+    partition: int
+    entries: list[tuple[int, tuple[int, ...], bytes]]
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"id": self.id, "ts": self.ts, "p": self.partition,
+                           "e": [[c, list(k), _b64(p)] for c, k, p in self.entries]},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, b: bytes) -> "Probe":
+        d = json.loads(b)
+        return cls(d["id"], d["ts"], d["p"], [(c, tuple(k), _unb64(p)) for c, k, p in d["e"]])
+
+
+@dataclass
+class ToDecide:
+    """exact/index -> decide, keyed by the document it is about.
+
+    kind "expect": the exact stage's word (``expected`` probe answers, ``cand`` an exact original);
+    kind "answer": one probe's earliest near match (``part`` names the probe's partition);
+    kind "offer": a late match or an exact revision for an already-seen document.
+    """
+
+    kind: str
+    id: str
+    ts: int
+    cand: Candidate | None = None
+    expected: int | None = None
+    part: int | None = None
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"t": self.kind, "id": self.id, "ts": self.ts,
+                           "c": self.cand.to_list() if self.cand else None, "n": self.expected, "p": self.part},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, b: bytes) -> "ToDecide":
+        d = json.loads(b)
+        return cls(d["t"], d["id"], d["ts"], Candidate.from_list(d["c"]) if d["c"] else None, d["n"], d["p"])
+
+
+# ------------------------------------------------------------------------------------ prepare
+class Preparer:
+    """Stateless: validate, normalize, fingerprint with every detector that applies."""
+
+    def __init__(self, settings: "Settings"):
+        t = settings.text
+        self.settings = settings
+        self.limits = Limits(max_bytes=max(t.max_chars * 4, 1 << 20), max_chars=t.max_chars,
+                             max_html_depth=t.max_html_depth)
+        self.tokenizer = WordTokenizer(str(t.user_dict) if t.user_dict else None,
+                                       str(t.stopwords) if t.stopwords else None)
+        self.idf = load_idf(str(t.idf) if t.idf else None)
+        self.detectors: list[Detector] = build_detectors(settings, self.tokenizer, self.idf)
+        self.by_code = {d.code: d for d in self.detectors}
+        self.priority = {d.code: i for i, d in enumerate(self.detectors)}
+
+    def document(self, raw: bytes | str | dict, default_ts: int | None = None) -> Doc:
+        event = parse_event(raw, self.limits)
+        ident, ts, kind, body = validate(event, default_ts, self.limits)
+        return make_doc(ident, ts, kind, body, title=event.get("title"), rank=event.get("rank"),
+                        t2s=self.settings.text.traditional_to_simplified, limits=self.limits)
+
+    def sketch(self, doc: Doc) -> Prepared:
+        sketches = []
+        for det in self.detectors:
+            if det.applies(doc):
+                s = det.sketch(doc)
+                if s is not None and s.keys:
+                    sketches.append((det.code, s.keys, s.payload))
+        return Prepared(doc.id, doc.ts, doc.digest, doc.kind, sketches)
+
+    def prepare(self, raw: bytes | str | dict, default_ts: int | None = None) -> Prepared:
+        """Raises Rejected with a reason code for anything that cannot be judged."""
+        return self.sketch(self.document(raw, default_ts))
+
+
+def route_probes(p: Prepared, partitions: int) -> list[Probe]:
+    """Group the document's keys by owning partition: one probe per partition, never one per key."""
+    by_part: dict[int, dict[int, list[int]]] = {}
+    payloads = {}
+    for code, keys, payload in p.sketches:
+        payloads[code] = payload
+        for key in keys:
+            by_part.setdefault(key_partition(code, key, partitions), {}).setdefault(code, []).append(key)
+    return [Probe(p.id, p.ts, part, [(code, tuple(ks), payloads[code]) for code, ks in dets.items()])
+            for part, dets in sorted(by_part.items())]
+
+
+# ------------------------------------------------------------------------------------ exact
+def exact_stage(store: ExactStore, p: Prepared, partitions: int) -> tuple[list[ToDecide], list[Probe]]:
+    out = store.process(p.digest, p.ts, p.id)
+    msgs: list[ToDecide] = []
+    probes: list[Probe] = []
+    if out.first:
+        probes = route_probes(p, partitions)
+        msgs.append(ToDecide("expect", p.id, p.ts, None, expected=len(probes)))
+        me = Candidate(p.ts, p.id, "exact", "exact", 1.0, 0, -1)
+        msgs += [ToDecide("offer", ident, ts, me) for ts, ident in out.revise]
+    else:
+        assert out.original is not None
+        msgs.append(ToDecide("expect", p.id, p.ts, Candidate(out.original[0], out.original[1], "exact", "exact",
+                                                             1.0, 0, -1), expected=0))
+    return msgs, probes
+
+
+# ------------------------------------------------------------------------------------ index
+class IndexStage:
+    def __init__(self, index: BucketIndex, detectors: Iterable[Detector], window: int):
+        dets = list(detectors)
+        self.index = index
+        self.by_code = {d.code: d for d in dets}
+        self.priority = {d.code: i for i, d in enumerate(dets)}
+        self.window = window
+        self.candidates = 0
+
+    def process(self, probe: Probe, *, late: bool = True) -> list[ToDecide]:
+        best: Candidate | None = None
+        msgs: list[ToDecide] = []
+        for code, keys, payload in probe.entries:
+            det = self.by_code.get(code)
+            if det is None:
+                raise ValueError(f"probe for detector code {code} that this worker does not run")
+            res = self.index.probe(code, probe.id, probe.ts, payload, keys, det.verify, self.window, late=late)
+            self.candidates += res.candidates
+            if res.earliest is not None:
+                f = res.earliest
+                c = Candidate(f.ts, f.id, "near", det.name, round(f.match.similarity, 4), f.match.distance,
+                              self.priority[code])
+                if best is None or c.rank() < best.rank():
+                    best = c
+            for f in res.later:
+                msgs.append(ToDecide("offer", f.id, f.ts, Candidate(probe.ts, probe.id, "near", det.name,
+                                                                     round(f.match.similarity, 4), f.match.distance,
+                                                                     self.priority[code])))
+            self.index.insert(code, probe.id, probe.ts, payload, keys)
+        msgs.insert(0, ToDecide("answer", probe.id, probe.ts, best, part=probe.partition))
+        return msgs
+
+
+# ------------------------------------------------------------------------------------ decide
+@dataclass
+class DecideStage:
+    states: MutableMapping[str, DocState] = field(default_factory=dict)
+
+    def apply(self, msg: ToDecide) -> Verdict | None:
+        st = self.states.get(msg.id)
+        if st is None:
+            st = DocState(msg.id)
+        if st.ts is None:
+            st.ts = msg.ts
+        if msg.kind == "expect":
+            st.expected = msg.expected
+            st.offer(msg.cand)
+        elif msg.kind == "answer":
+            assert msg.part is not None
+            st.answered.add(msg.part)
+            st.offer(msg.cand)
+        elif msg.kind == "offer":
+            st.offer(msg.cand)
+        else:
+            raise ValueError(f"unknown decide message {msg.kind!r}")
+        v = st.step()
+        self.states[msg.id] = st
+        return v
+
+
+__all__ = ["Preparer", "Prepared", "Probe", "ToDecide", "route_probes", "exact_stage", "IndexStage",
+           "DecideStage", "Rejected", "key_partition", "id_partition"]

@@ -1,0 +1,118 @@
+"""Verdicts: the earliest-match rule and revisions, as a small state machine per document.
+
+The rule: a document is a duplicate of the EARLIEST (ts, id) document that matches it, exact
+matches first (any earlier exact copy beats every near match), then near matches. The verdict is
+a function of the set of documents in the window, not of arrival order, which is what lets N
+workers on shuffled partitions converge on what ``scan`` says.
+
+A document's state gathers: what the exact stage said (and how many probe answers to expect),
+the answers of its probes (each names its partition, so a replayed answer is not counted twice),
+and late matches (an earlier document that arrived after it). The first verdict is emitted when
+every expected answer is in; any later change emits the next revision. Merging is a minimum over
+candidates, so every message can be applied twice with no effect the second time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Candidate:
+    ts: int
+    id: str
+    match: str  # "exact" or "near"
+    detector: str | None = None
+    similarity: float | None = None
+    distance: int | None = None
+    priority: int = 0  # detector priority (lower wins a tie on the same document)
+
+    def rank(self) -> tuple:
+        return (self.ts, self.id, self.priority, -(self.similarity or 0.0))
+
+    def to_list(self) -> list:
+        return [self.ts, self.id, self.match, self.detector, self.similarity, self.distance, self.priority]
+
+    @classmethod
+    def from_list(cls, v: list) -> "Candidate":
+        return cls(*v)
+
+
+@dataclass
+class Verdict:
+    id: str
+    verdict: str
+    match: str | None
+    duplicate_of: str | None
+    detector: str | None
+    similarity: float | None
+    distance: int | None
+    ts: int
+    revision: int
+
+    def key(self) -> tuple:
+        return (self.verdict, self.match, self.duplicate_of, self.detector, self.similarity, self.distance)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "verdict": self.verdict, "match": self.match, "duplicate_of": self.duplicate_of,
+                "detector": self.detector, "similarity": self.similarity, "distance": self.distance,
+                "ts": self.ts, "revision": self.revision}
+
+
+@dataclass
+class DocState:
+    id: str
+    ts: int | None = None
+    expected: int | None = None  # None until the exact stage has spoken
+    answered: set[int] = field(default_factory=set)
+    exact: Candidate | None = None
+    near: Candidate | None = None
+    revision: int = -1
+    emitted: tuple | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.expected is not None and len(self.answered) >= self.expected
+
+    def offer(self, cand: Candidate | None) -> None:
+        if cand is None or cand.id == self.id:
+            return
+        if cand.match == "exact":
+            if self.exact is None or cand.rank() < self.exact.rank():
+                self.exact = cand
+        elif self.near is None or cand.rank() < self.near.rank():
+            self.near = cand
+
+    def verdict(self) -> Verdict:
+        best = self.exact or self.near
+        assert self.ts is not None
+        if best is None:
+            return Verdict(self.id, "unique", None, None, None, None, None, self.ts, self.revision)
+        return Verdict(self.id, "duplicate", best.match, best.id, best.detector, best.similarity, best.distance,
+                       self.ts, self.revision)
+
+    def step(self) -> Verdict | None:
+        """The verdict to emit now, if complete and different from the last one emitted."""
+        if not self.complete:
+            return None
+        v = self.verdict()
+        if v.key() == self.emitted:
+            return None
+        self.revision += 1
+        self.emitted = v.key()
+        v.revision = self.revision
+        return v
+
+    # --- persistence (decide's state store / changelog)
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "ts": self.ts, "expected": self.expected, "answered": sorted(self.answered),
+                "exact": self.exact.to_list() if self.exact else None,
+                "near": self.near.to_list() if self.near else None, "revision": self.revision,
+                "emitted": list(self.emitted) if self.emitted else None}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "DocState":
+        return cls(d["id"], d["ts"], d["expected"], set(d["answered"]),
+                   Candidate.from_list(d["exact"]) if d["exact"] else None,
+                   Candidate.from_list(d["near"]) if d["near"] else None, d["revision"],
+                   tuple(d["emitted"]) if d["emitted"] else None)

@@ -1,0 +1,113 @@
+"""`produce` and `tail`: put a JSONL corpus on a topic, follow a topic's JSON messages."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from collections import Counter
+from typing import Callable, Iterator
+
+from .config import Settings
+from .kafka_io import consumer, producer
+
+
+def _lines(path: str) -> Iterator[bytes]:
+    f = sys.stdin.buffer if path == "-" else open(path, "rb")
+    try:
+        for line in f:
+            line = line.rstrip(b"\r\n")
+            if line:
+                yield line
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
+
+
+def _key(line: bytes) -> bytes | None:
+    """The id as the message key, so replays of one id land on one partition; None when unreadable."""
+    try:
+        doc = json.loads(line)
+        ident = doc.get("id") if isinstance(doc, dict) else None
+        return str(ident).encode() if isinstance(ident, (str, int)) and not isinstance(ident, bool) else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def produce_jsonl(settings: Settings, path: str, *, topic: str | None = None, limit: int | None = None,
+                  rate: float | None = None, progress: bool = True) -> int:
+    """Send every line as it is (bad lines too: the worker's prepare stage judges them)."""
+    from tqdm import tqdm
+
+    topic = topic or settings.topics.pages
+    p = producer(settings)
+    failures: list[str] = []
+
+    def on_delivery(err, _msg) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    sent = 0
+    t0 = time.monotonic()
+    bar = tqdm(desc=f"produce {topic}", unit="ev", disable=not progress, file=sys.stderr)
+    for line in _lines(path):
+        if limit is not None and sent >= limit:
+            break
+        while True:
+            try:
+                p.produce(topic, value=line, key=_key(line), on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.05)
+        sent += 1
+        bar.update(1)
+        p.poll(0)
+        if rate:
+            ahead = sent / rate - (time.monotonic() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
+    bar.close()
+    remaining = p.flush(60)
+    if remaining or failures:
+        raise RuntimeError(f"{remaining + len(failures)} of {sent} events were not delivered: "
+                           f"{failures[:3] or 'flush timed out'}")
+    return sent
+
+
+def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = None, idle: float | None = None,
+               from_end: bool = False, echo: Callable[[str], None] | None = print) -> dict[str, int]:
+    """Read a topic with a throw-away group (commits nothing); count verdicts by kind."""
+    c = consumer(settings, f"stream-dedup-tail-{uuid.uuid4().hex[:8]}",
+                 **{"auto.offset.reset": "latest" if from_end else "earliest"})
+    c.subscribe([topic])
+    counts: Counter[str] = Counter()
+    seen = 0
+    last = time.monotonic()
+    try:
+        while max_messages is None or seen < max_messages:
+            msg = c.poll(0.5)
+            if msg is None:
+                if idle is not None and time.monotonic() - last > idle:
+                    break
+                continue
+            if msg.error():
+                continue
+            last = time.monotonic()
+            seen += 1
+            text = msg.value().decode("utf-8", "replace") if msg.value() is not None else "null"
+            try:
+                v = json.loads(text)
+                kind = v.get("verdict", "?") if isinstance(v, dict) else "?"
+                if kind == "duplicate":
+                    kind = f"duplicate/{v.get('match')}"
+            except ValueError:
+                kind = "?"
+            counts[kind] += 1
+            if echo is not None:
+                echo(text)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        c.close()
+    counts["messages"] = seen
+    return dict(counts)

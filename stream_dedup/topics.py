@@ -1,0 +1,102 @@
+"""Topics as code: read ``topics/topics.toml``, create what is missing, report drift.
+
+``apply`` never deletes, re-partitions or re-configures an existing topic: a wrong partition
+count changes which worker owns which bucket, and fixing it is an operator's decision (see the
+README, "Scaling out"). Drift is reported so that the decision is informed.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import Settings
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str]
+    role: str = ""
+
+
+@dataclass
+class ApplyReport:
+    created: list[str] = field(default_factory=list)
+    ok: list[str] = field(default_factory=list)
+    drift: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return not self.drift
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"created": self.created, "ok": self.ok, "drift": self.drift}
+
+
+def topic_names(settings: Settings) -> dict[str, str]:
+    t = settings.topics
+    return {"pages": t.pages, "dlq": t.dlq, "verdicts": t.verdicts, "unique": t.unique,
+            "duplicate": t.duplicate, "internal": t.internal_prefix}
+
+
+def load_specs(settings: Settings) -> list[TopicSpec]:
+    path = settings.topics.definitions_dir() / "topics.toml"
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    names = topic_names(settings)
+    specs = []
+    for entry in data.get("topic", []):
+        parts = entry.get("partitions", "default")
+        parts = settings.topics.partitions if parts == "default" else int(parts)
+        config = {k: str(v) for k, v in entry.get("config", {}).items()}
+        config.setdefault("min.insync.replicas", str(settings.kafka.min_insync_replicas))
+        specs.append(TopicSpec(entry["name"].format(**names), parts, config, entry.get("role", "")))
+    return specs
+
+
+def apply(settings: Settings, timeout: float = 30.0) -> ApplyReport:
+    """Create missing topics; compare existing ones with their spec; never destroy data."""
+    from confluent_kafka.admin import ConfigResource, NewTopic
+
+    from .kafka_io import admin
+
+    client = admin(settings)
+    specs = load_specs(settings)
+    meta = client.list_topics(timeout=timeout)
+    report = ApplyReport()
+    missing = [s for s in specs if s.name not in meta.topics]
+    if missing:
+        futures = client.create_topics(
+            [NewTopic(s.name, num_partitions=s.partitions, replication_factor=settings.kafka.replication_factor,
+                      config=s.config) for s in missing], operation_timeout=timeout)
+        for name, fut in futures.items():
+            try:
+                fut.result()
+                report.created.append(name)
+            except Exception as e:  # TOPIC_ALREADY_EXISTS from a concurrent apply is fine
+                if "TOPIC_ALREADY_EXISTS" in str(e):
+                    report.ok.append(name)
+                else:
+                    raise
+    existing = [s for s in specs if s.name in meta.topics]
+    if existing:
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in existing]
+        configs = client.describe_configs(resources, request_timeout=timeout)
+        by_name = {r.name: f.result() for r, f in configs.items()}
+        for s in existing:
+            problems = []
+            have = len(meta.topics[s.name].partitions)
+            if have != s.partitions:
+                problems.append(f"partitions: have {have}, want {s.partitions}")
+            current = by_name[s.name]
+            for key, want in s.config.items():
+                entry = current.get(key)
+                got = entry.value if entry is not None else None
+                if got != want:
+                    problems.append(f"{key}: have {got}, want {want}")
+            if problems:
+                report.drift[s.name] = problems
+            else:
+                report.ok.append(s.name)
+    return report

@@ -1,0 +1,86 @@
+"""Test fixtures: which Kafka broker the suite talks to, chosen by configuration, and said.
+
+Order of choice:
+1. ``KAFKA_BOOTSTRAP=host:port``: an existing broker (``make test`` starts the local one and sets it).
+2. ``STREAM_DEDUP_TEST_BROKER=testcontainers``: a Kafka container, where a Docker engine runs.
+3. otherwise the project's local broker from Apache Kafka's jars (``deploy/kafka/kafka.sh``),
+   started on a test port for the session and stopped after it.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared" / "data"
+_broker_info: dict[str, str] = {}
+
+
+def shared_data(rel: str) -> Path:
+    p = SHARED / rel
+    if not p.exists():
+        pytest.skip(f"sample corpus {p} is absent (the team's ../shared/data folder)")
+    return p
+
+
+def pytest_report_header(config):
+    mode = ("external KAFKA_BOOTSTRAP=" + os.environ["KAFKA_BOOTSTRAP"] if os.environ.get("KAFKA_BOOTSTRAP")
+            else os.environ.get("STREAM_DEDUP_TEST_BROKER", "local-jars (deploy/kafka/kafka.sh, started on demand)"))
+    return f"kafka broker: {mode}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _broker_info:
+        terminalreporter.write_line(f"kafka broker used: {_broker_info['mode']} at {_broker_info['bootstrap']}")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        _broker_info.update(mode="external (KAFKA_BOOTSTRAP)", bootstrap=os.environ["KAFKA_BOOTSTRAP"])
+        yield os.environ["KAFKA_BOOTSTRAP"]
+        return
+    if os.environ.get("STREAM_DEDUP_TEST_BROKER") == "testcontainers":
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer("confluentinc/cp-kafka:7.7.1").with_kraft() as kc:
+            bs = kc.get_bootstrap_server()
+            _broker_info.update(mode="testcontainers", bootstrap=bs)
+            yield bs
+        return
+    port = os.environ.get("STREAM_DEDUP_TEST_KAFKA_PORT", "19092")
+    env = dict(os.environ, KAFKA_PORT=port)
+    env.pop("KAFKA_BOOTSTRAP", None)
+    script = REPO / "deploy" / "kafka" / "kafka.sh"
+    subprocess.run([str(script), "start", "--fresh"], check=True, env=env)
+    bs = f"127.0.0.1:{port}"
+    _broker_info.update(mode="local-jars (deploy/kafka/kafka.sh)", bootstrap=bs)
+    os.environ["KAFKA_BOOTSTRAP"] = bs  # subprocesses (workers, CLI) use the same broker
+    try:
+        yield bs
+    finally:
+        os.environ.pop("KAFKA_BOOTSTRAP", None)
+        subprocess.run([str(script), "stop"], env=env)
+
+
+@pytest.fixture
+def unique_name() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def kafka_settings(kafka_bootstrap, unique_name):
+    """Settings whose topic names are private to one test."""
+    from stream_dedup.config import load_settings
+
+    s = load_settings(environ={"KAFKA_BOOTSTRAP": kafka_bootstrap})
+    s.kafka.bootstrap = kafka_bootstrap
+    t = s.topics
+    t.pages, t.dlq, t.verdicts = f"{unique_name}.pages", f"{unique_name}.pages.dlq", f"{unique_name}.verdicts"
+    t.unique, t.duplicate, t.internal_prefix = f"{unique_name}.unique", f"{unique_name}.duplicate", unique_name
+    s.worker.app_id = unique_name
+    return s

@@ -1,0 +1,203 @@
+"""Foundation: a real broker round trip, both Kafka clients, a Faust table across restarts, topics."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from stream_dedup.kafka_io import admin, consumer, producer
+from stream_dedup.topics import apply, load_specs
+
+pytestmark = pytest.mark.kafka
+HERE = Path(__file__).resolve().parent
+
+
+def _create(settings, name: str, partitions: int) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    client = admin(settings)  # keep the client alive until the future resolves
+    client.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+
+
+def test_round_trip_consumer_group_of_two(kafka_settings, unique_name):
+    """N events produced with confluent-kafka arrive exactly once across a group of two consumers."""
+    topic, n = f"{unique_name}.rt", 2000
+    _create(kafka_settings, topic, 4)
+    p = producer(kafka_settings)
+    for i in range(n):
+        p.produce(topic, key=str(i).encode(), value=json.dumps({"id": str(i)}).encode())
+    assert p.flush(30) == 0
+
+    got: list[list[str]] = [[], []]
+    stop = threading.Event()
+
+    def run(slot: int) -> None:
+        c = consumer(kafka_settings, f"{unique_name}-g", **{"enable.auto.commit": True})
+        c.subscribe([topic])
+        try:
+            while not stop.is_set():
+                m = c.poll(0.2)
+                if m is not None and not m.error():
+                    got[slot].append(json.loads(m.value())["id"])
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 60
+    while len(got[0]) + len(got[1]) < n and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # anything extra (a duplicate delivery) would arrive now
+    stop.set()
+    for t in threads:
+        t.join()
+    everything = got[0] + got[1]
+    assert len(everything) == n
+    assert set(everything) == {str(i) for i in range(n)}
+    assert got[0] and got[1], "both group members should own partitions"
+
+
+def test_aiokafka_speaks_to_the_pinned_broker(kafka_settings, unique_name):
+    """faust's client (aiokafka) produces and consumes on the pinned Kafka version."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    topic = f"{unique_name}.aio"
+    _create(kafka_settings, topic, 2)
+
+    async def main() -> list[bytes]:
+        prod = AIOKafkaProducer(bootstrap_servers=kafka_settings.kafka.bootstrap)
+        await prod.start()
+        try:
+            for i in range(50):
+                await prod.send_and_wait(topic, f"m{i}".encode(), key=str(i).encode())
+        finally:
+            await prod.stop()
+        cons = AIOKafkaConsumer(topic, bootstrap_servers=kafka_settings.kafka.bootstrap,
+                                group_id=f"{unique_name}-aio", auto_offset_reset="earliest")
+        await cons.start()
+        out: list[bytes] = []
+        try:
+            deadline = time.time() + 30
+            while len(out) < 50 and time.time() < deadline:
+                batch = await cons.getmany(timeout_ms=500)
+                for msgs in batch.values():
+                    out += [m.value for m in msgs]
+            await cons.commit()
+        finally:
+            await cons.stop()
+        return out
+
+    values = asyncio.run(main())
+    assert sorted(values) == sorted(f"m{i}".encode() for i in range(50))
+
+
+def _start_faust(env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(HERE / "faust_counter_app.py"), "worker", "-l", "warn"],
+                            env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+
+
+def _read_counts(settings, topic: str, want: int, timeout: float = 90) -> dict[str, int]:
+    c = consumer(settings, f"reader-{time.time_ns()}")
+    c.subscribe([topic])
+    latest: dict[str, int] = {}
+    seen = 0
+    deadline = time.time() + timeout
+    try:
+        while seen < want and time.time() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            seen += 1
+            v = json.loads(m.value())
+            latest[v["key"]] = max(latest.get(v["key"], 0), v["count"])
+    finally:
+        c.close()
+    assert seen >= want, f"only {seen} of {want} outputs arrived"
+    return latest
+
+
+def test_faust_rocksdict_table_survives_restart_from_changelog(kafka_settings, unique_name, tmp_path):
+    """A Faust table in RocksDB (rocksdict) comes back from its changelog after the disk is wiped."""
+    data = tmp_path / "faust-data"
+    env = dict(os.environ, APP_ID=unique_name, KAFKA_BOOTSTRAP=kafka_settings.kafka.bootstrap, DATA_DIR=str(data))
+    _create(kafka_settings, f"{unique_name}-in", 2)
+    _create(kafka_settings, f"{unique_name}-out", 1)
+    p = producer(kafka_settings)
+    plan = {"a": 5, "b": 3, "c": 7}
+    for k, n in plan.items():
+        for _ in range(n):
+            p.produce(f"{unique_name}-in", key=k.encode(), value=b"x")
+    assert p.flush(30) == 0
+
+    w = _start_faust(env, tmp_path / "w1.log")
+    try:
+        first = _read_counts(kafka_settings, f"{unique_name}-out", sum(plan.values()))
+    finally:
+        w.send_signal(signal.SIGTERM)
+        w.wait(60)
+    assert first == plan
+    assert any(data.rglob("*.sst")) or any(data.rglob("CURRENT")), "the table should live in RocksDB files"
+
+    shutil.rmtree(data)  # the worker's disk is gone: the table must come back from the changelog
+    for k in plan:
+        p.produce(f"{unique_name}-in", key=k.encode(), value=b"x")
+    assert p.flush(30) == 0
+    w = _start_faust(env, tmp_path / "w2.log")
+    try:
+        after = _read_counts(kafka_settings, f"{unique_name}-out", sum(plan.values()) + len(plan))
+    finally:
+        w.send_signal(signal.SIGTERM)
+        w.wait(60)
+    assert after == {k: n + 1 for k, n in plan.items()}, (tmp_path / "w2.log").read_text()[-3000:]
+
+
+def test_topics_apply_is_idempotent_and_reports_drift(kafka_settings):
+    specs = load_specs(kafka_settings)
+    names = {s.name for s in specs}
+    assert {kafka_settings.topics.pages, kafka_settings.topics.verdicts, kafka_settings.topics.dlq} <= names
+
+    first = apply(kafka_settings)
+    assert sorted(first.created) == sorted(names) and first.clean
+    second = apply(kafka_settings)
+    assert second.created == [] and sorted(second.ok) == sorted(names) and second.clean
+
+    # the same definitions with another partition count: drift is reported, nothing is changed
+    kafka_settings.topics.partitions = kafka_settings.topics.partitions + 2
+    third = apply(kafka_settings)
+    assert third.created == []
+    assert kafka_settings.topics.pages in third.drift
+    assert any("partitions" in p for p in third.drift[kafka_settings.topics.pages])
+    assert kafka_settings.topics.dlq not in third.drift  # fixed at 1 partition in topics.toml
+    client = admin(kafka_settings)
+    meta = client.list_topics(timeout=10)
+    assert len(meta.topics[kafka_settings.topics.pages].partitions) == kafka_settings.topics.partitions - 2
+
+
+def test_cli_produce_then_tail_round_trip(kafka_settings, unique_name, tmp_path):
+    """`stream-dedup produce` puts a JSONL file on a topic and `tail` reads every line back."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"id": f"d{i}", "text": f"文本{i}"}, ensure_ascii=False) + "\n"
+                           for i in range(300)), encoding="utf-8")
+    topic = f"{unique_name}.cli"
+    _create(kafka_settings, topic, 3)
+    env = dict(os.environ, KAFKA_BOOTSTRAP=kafka_settings.kafka.bootstrap)
+    exe = [sys.executable, "-m", "stream_dedup.cli"]
+    r = subprocess.run(exe + ["produce", str(src), "--topic", topic, "--no-progress"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "produced 300 events" in r.stderr
+    r = subprocess.run(exe + ["tail", "--topic", topic, "--max", "300", "--idle", "20"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    ids = [json.loads(line)["id"] for line in r.stdout.splitlines()]
+    assert sorted(ids) == sorted(f"d{i}" for i in range(300))

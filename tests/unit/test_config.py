@@ -1,0 +1,50 @@
+import pytest
+
+from stream_dedup.config import ConfigError, load_settings
+
+
+def test_defaults_validate():
+    s = load_settings(environ={})
+    assert s.simhash.k == 3 and s.simhash.bands == "4x16"
+    assert s.kafka.bootstrap == "127.0.0.1:9092"
+    assert s.worker.web_host == "127.0.0.1"
+
+
+def test_toml_then_env_overrides(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[simhash]\nk = 4\nbands = "5c2"\n[kafka]\nbootstrap = "b1:9092"\n'
+                   '[kafka.client]\n"security.protocol" = "SASL_SSL"\n', encoding="utf-8")
+    s = load_settings(cfg, environ={"STREAM_DEDUP_SIMHASH__K": "2",
+                                    "STREAM_DEDUP_KAFKA__CLIENT__SASL_MECHANISM": "SCRAM-SHA-512",
+                                    "STREAM_DEDUP_KAFKA__CLIENT__SASL_PASSWORD": "hunter2"})
+    assert s.simhash.k == 2 and s.simhash.bands == "5c2"
+    assert s.kafka.bootstrap == "b1:9092"
+    assert s.kafka.client == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                              "sasl.password": "hunter2"}
+    assert s.kafka.redacted_client()["sasl.password"] == "***"
+
+
+def test_kafka_bootstrap_env_is_the_default():
+    assert load_settings(environ={"KAFKA_BOOTSTRAP": "10.0.0.1:9093"}).kafka.bootstrap == "10.0.0.1:9093"
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"STREAM_DEDUP_ENGINE__WINDOW_MS": "-5"}, "engine.window_ms"),
+    ({"STREAM_DEDUP_SIMHASH__BANDS": "3x7"}, "simhash.bands"),
+    ({"STREAM_DEDUP_KAFKA__BOOTSTRAP": "nohostport"}, "kafka.bootstrap"),
+    ({"STREAM_DEDUP_SIMHASH__NOPE": "1"}, "simhash.nope"),
+])
+def test_errors_name_the_setting_and_its_source(env, needle):
+    with pytest.raises(ConfigError) as e:
+        load_settings(environ=env)
+    assert needle in str(e.value)
+    assert next(iter(env)) in str(e.value)
+
+
+def test_bad_toml_file(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text("[simhash\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(p, environ={})
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "missing.toml", environ={})
