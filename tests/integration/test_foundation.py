@@ -32,17 +32,13 @@ def test_round_trip_consumer_group_of_two(kafka_settings, unique_name):
     """N events produced with confluent-kafka arrive exactly once across a group of two consumers."""
     topic, n = f"{unique_name}.rt", 2000
     _create(kafka_settings, topic, 4)
-    p = producer(kafka_settings)
-    for i in range(n):
-        p.produce(topic, key=str(i).encode(), value=json.dumps({"id": str(i)}).encode())
-    assert p.flush(30) == 0
-
     got: list[list[str]] = [[], []]
+    assigned = [threading.Event(), threading.Event()]
     stop = threading.Event()
 
     def run(slot: int) -> None:
         c = consumer(kafka_settings, f"{unique_name}-g", **{"enable.auto.commit": True})
-        c.subscribe([topic])
+        c.subscribe([topic], on_assign=lambda _c, parts: parts and assigned[slot].set())
         try:
             while not stop.is_set():
                 m = c.poll(0.2)
@@ -55,6 +51,14 @@ def test_round_trip_consumer_group_of_two(kafka_settings, unique_name):
     for t in threads:
         t.start()
     deadline = time.time() + 60
+    while not all(e.is_set() for e in assigned) and time.time() < deadline:
+        time.sleep(0.1)  # both members own partitions before anything is produced
+    assert all(e.is_set() for e in assigned), "the group did not give both members partitions"
+    p = producer(kafka_settings)
+    for i in range(n):
+        p.produce(topic, key=str(i).encode(), value=json.dumps({"id": str(i)}).encode())
+    assert p.flush(30) == 0
+    deadline = time.time() + 60
     while len(got[0]) + len(got[1]) < n and time.time() < deadline:
         time.sleep(0.2)
     time.sleep(1.0)  # anything extra (a duplicate delivery) would arrive now
@@ -64,7 +68,7 @@ def test_round_trip_consumer_group_of_two(kafka_settings, unique_name):
     everything = got[0] + got[1]
     assert len(everything) == n
     assert set(everything) == {str(i) for i in range(n)}
-    assert got[0] and got[1], "both group members should own partitions"
+    assert got[0] and got[1], "both group members should have consumed"
 
 
 def test_aiokafka_speaks_to_the_pinned_broker(kafka_settings, unique_name):
