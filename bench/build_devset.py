@@ -18,9 +18,15 @@ news.jsonl (+ news_labels.jsonl): long texts.
       combo   10%  two of the above
   * exact reposts: 5% of the originals again under a new id.
   * hard negatives (must stay unique): both texts of 500 SOHU short-news pairs (same topic or
-    not) and, in pairs.jsonl, both questions of 1,000 LCQMC paraphrase pairs.
+    not) whose texts share at most 15% of their 8-grams (the set also holds reposts of one
+    article, which are duplicates, not negatives).
+pairs.jsonl (+ pairs_labels.jsonl): both questions of 1,000 LCQMC paraphrase pairs (label 1),
+  each pair its own two clusters, except questions whose normalized text repeats (natural exact
+  duplicates, labelled). The labels carry each pair's character-bigram Jaccard, so a report can
+  split "reworded" pairs (< 0.5) from near-identical ones.
 sms.jsonl (+ sms_labels.jsonl): short texts.
   * 2,500 spam originals and 6,000 ham messages (natural exact duplicates kept and labelled);
+    the source masks digits as x: the masks are filled with random digits, as real messages have;
   * 2 campaign variants of 40% of the spam originals: noise characters (. * space) inserted
     between 20% of the characters, digits and masked numbers changed, a link or reply code
     appended or changed, and look-alike digits (0/o, 1/l).
@@ -57,6 +63,15 @@ def read(path: Path):
 def grams(text: str, n: int = 8) -> set[str]:
     t = re.sub(r"\s+", "", text)
     return {t[i:i + n] for i in range(max(1, len(t) - n + 1))}
+
+
+def bigrams(text: str) -> set[str]:
+    return {text[i:i + 2] for i in range(max(1, len(text) - 1))}
+
+
+def fill_masks(text: str, rng: random.Random) -> str:
+    """The SMS source masks digits as runs of x: fill them with random digits."""
+    return re.sub(r"x{2,}|(?<![a-wyz])x(?![a-wyz])", lambda m: "".join(rng.choice("0123456789") for _ in m.group(0)), text)
 
 
 def drop_overlapping(docs: list[dict], share: float = 0.15) -> list[dict]:
@@ -128,8 +143,7 @@ class Editor:
         return getattr(self, b)(getattr(self, a)(t)), f"{a}+{b}"
 
     def spam_variant(self, t: str) -> str:
-        s = re.sub(r"x+", lambda m: "".join(self.rng.choice("0123456789") for _ in m.group(0)), t)
-        s = re.sub(r"\d", lambda m: self.rng.choice("0123456789") if self.rng.random() < 0.5 else m.group(0), s)
+        s = re.sub(r"\d", lambda m: self.rng.choice("0123456789") if self.rng.random() < 0.5 else m.group(0), t)
         out = []
         for ch in s:
             out.append(ch)
@@ -157,7 +171,8 @@ def main() -> None:
             for i, d in enumerate(docs):
                 f.write(json.dumps({"id": d["id"], "text": d["text"], "ts": (i + 1) * 1000}, ensure_ascii=False) + "\n")
                 g.write(json.dumps({"id": d["id"], "cluster": d["cluster"], "kind": d.get("kind", "original"),
-                                    "edit": d.get("edit")}, ensure_ascii=False) + "\n")
+                                    "edit": d.get("edit"), "pair": d.get("pair"), "jaccard": d.get("jaccard")},
+                                   ensure_ascii=False) + "\n")
         print(f"{name}: {len(docs)} docs -> {a.out / (name + '.jsonl')}")
 
     # ---- news
@@ -188,6 +203,7 @@ def main() -> None:
     news += sogou_dups
     sohu = list(read(a.shared / "pairs/SOHU_A_ss_valid.jsonl"))
     rng.shuffle(sohu)
+    sohu = [r for r in sohu if len(drop_overlapping([{"text": r["text1"]}, {"text": r["text2"]}])) == 2]
     for i, r in enumerate(sohu[:500]):
         for j in (1, 2):
             news.append({"id": f"sohu-{i}-{j}", "text": r[f"text{j}"], "cluster": f"c-sohu-{i}-{j}",
@@ -198,10 +214,21 @@ def main() -> None:
     lcq = [r for r in read(a.shared / "pairs/LCQMC_dev.jsonl") if r["label"] == 1]
     rng.shuffle(lcq)
     pairs = []
+    from stream_dedup.core.text import normalize
+
+    first_q: dict[str, str] = {}
     for i, r in enumerate(lcq[:1000]):
+        b1, b2 = (bigrams(normalize(r["text1"])), bigrams(normalize(r["text2"])))
+        jac = round(len(b1 & b2) / max(1, len(b1 | b2)), 3)
         for j in (1, 2):
-            pairs.append({"id": f"lcqmc-{i}-{j}", "text": r[f"text{j}"], "cluster": f"c-lcqmc-{i}-{j}",
-                          "edit": "paraphrase"})
+            ident, norm = f"lcqmc-{i}-{j}", normalize(r[f"text{j}"])
+            if norm in first_q:
+                pairs.append({"id": ident, "text": r[f"text{j}"], "cluster": first_q[norm], "kind": "exact",
+                              "edit": "natural"})
+            else:
+                first_q[norm] = f"c-{ident}"
+                pairs.append({"id": ident, "text": r[f"text{j}"], "cluster": f"c-{ident}",
+                              "edit": f"paraphrase(bigram_jaccard={jac})", "pair": f"lcqmc-{i}", "jaccard": jac})
     write("pairs", pairs)
 
     # ---- sms
@@ -222,6 +249,8 @@ def main() -> None:
             seen_text[r["text"]] = f"c-{ident}"
             out.append({"id": ident, "text": r["text"], "cluster": f"c-{ident}"})
 
+    for r in spam_rows[:4000] + ham_rows[:9000]:
+        r["text"] = fill_masks(r["text"], rng)
     pool = [{"id": f"spam-{r['id']}", "text": r["text"], "src": r} for r in spam_rows[:4000]]
     pool += [{"id": f"ham-{r['id']}", "text": r["text"], "src": r} for r in ham_rows[:9000]]
     uniq = drop_overlapping([d for d in pool if len(d["text"]) >= 4], share=0.5)

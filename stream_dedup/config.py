@@ -91,13 +91,16 @@ class NgramSettings(_Section):
     m: int = Field(4, ge=2, description="gram length in characters")
     w: int = Field(8, ge=1, description="winnowing window: one key per w consecutive grams at least")
     threshold: float = Field(0.6, gt=0, le=1, description="word Jaccard at or above which short texts match")
+    edit_threshold: float = Field(0.8, ge=0, le=1, description=(
+        "and normalized Levenshtein similarity of the skeletons at or above which they match (0 = off); "
+        "separates reworded paraphrases, which share words, from copies, which share sequences"))
 
 
 class MinhashSettings(_Section):
     num_perm: int = Field(128, ge=8)
     bands: int = Field(32, ge=1)
     shingle: int = Field(5, ge=1, description="character shingle length")
-    threshold: float = Field(0.8, gt=0, le=1)
+    threshold: float = Field(0.7, gt=0, le=1, description="estimated Jaccard of character shingles")
 
 
 class ImatchSettings(_Section):

@@ -88,15 +88,25 @@ def evaluate(verdicts: Iterable[dict], labels: Iterable[dict]) -> EvalReport:
     overall = Score(relevant=len(relevant))
     by_kind: dict[str, Score] = defaultdict(Score)
     by_det: dict[str, Score] = defaultdict(Score)
+    # a cluster's kind: "exact" when every derived member is an exact copy, else "near"
+    ckind: dict[str, str] = {}
+    for ident, k in kind.items():
+        if k in ("exact", "near"):
+            c = cluster[ident]
+            ckind[c] = "near" if k == "near" or ckind.get(c) == "near" else "exact"
+
+    def kind_of(ident: str) -> str:
+        return ckind.get(cluster.get(ident, ""), "unlabelled")
+
     for ident in relevant:
-        by_kind[kind.get(ident, "all")].relevant += 1
+        by_kind[kind_of(ident)].relevant += 1
     report = EvalReport(overall, docs=len(latest))
     for ident, v in latest.items():
         if v.get("verdict") != "duplicate":
             continue
         of = str(v.get("duplicate_of"))
         ok = ident in cluster and cluster.get(of) == cluster[ident]
-        k = kind.get(ident, "all") if ident in relevant else (v.get("match") or "all")
+        k = kind_of(ident) if ok else f"false/{v.get('match')}"
         overall.predicted += 1
         by_kind[k].predicted += 1
         by_det[v.get("detector") or "?"].predicted += 1
@@ -108,7 +118,7 @@ def evaluate(verdicts: Iterable[dict], labels: Iterable[dict]) -> EvalReport:
             report.false_positives.append((ident, of))
     got = {i for i, v in latest.items() if v.get("verdict") == "duplicate"}
     report.missed = sorted(relevant - got)
-    if set(by_kind) != {"all"}:
+    if ckind:
         report.by_kind = dict(by_kind)
     report.by_detector = dict(by_det)
     return report

@@ -79,6 +79,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 _SKELETON_DROP = re.compile(rf"[^0-9a-z{_CJK}]+")
+_DIGITS = re.compile(r"[0-9]+")
 # look-alike characters that spam uses to dodge keyword filters, folded to one letter or digit
 _LOOKALIKE = str.maketrans({"o": "0", "l": "1", "i": "1", "|": "1", "z": "2", "s": "5", "b": "8",
                             "〇": "0", "零": "0", "壹": "1", "贰": "2", "叁": "3", "肆": "4", "伍": "5",
@@ -86,9 +87,10 @@ _LOOKALIKE = str.maketrans({"o": "0", "l": "1", "i": "1", "|": "1", "z": "2", "s
 
 
 def skeleton(normalized: str) -> str:
-    """Letters, digits and CJK only, look-alikes folded: the short-text detector's view.
+    """Letters, digits and CJK only, look-alikes folded, numbers as ``#``: the short-text view.
 
-    Spam campaigns insert dots, stars and spaces between characters and swap look-alike
-    digits and letters; the skeleton removes both, so that variants keep long common grams.
+    Spam campaigns insert dots, stars and spaces between characters, swap look-alike digits
+    and letters, and change phone numbers, prices and codes from one message to the next; the
+    skeleton removes all three, so that variants keep long common grams and the same words.
     """
-    return _SKELETON_DROP.sub("", normalized).translate(_LOOKALIKE)
+    return _DIGITS.sub("#", _SKELETON_DROP.sub("", normalized).translate(_LOOKALIKE))

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .base import Detector, Match, Sketch
+from .minhash import MinhashDetector
 from .ngram import NgramDetector
 from .simhash import SimhashDetector
 
@@ -13,13 +14,13 @@ if TYPE_CHECKING:
     from ..tokenize import WordTokenizer
 
 __all__ = ["Detector", "Match", "Sketch", "build_detectors", "NAMES"]
-NAMES = ("simhash", "ngram")
+NAMES = ("simhash", "minhash", "ngram")
 
 
 def build_detectors(settings: "Settings", tokenizer: "WordTokenizer", idf: "IdfTable") -> list[Detector]:
     """The configured detectors, in priority order (ties between equally early matches go to the first).
 
-    ``auto``: ngram for short texts and simhash for long ones, with an overlap band around
+    ``auto``: ngram for short texts, simhash and minhash for long ones, with an overlap band around
     ``text.short_chars`` where both run, so that a pair straddling the boundary still shares one.
     """
     short = settings.text.short_chars
@@ -32,9 +33,14 @@ def build_detectors(settings: "Settings", tokenizer: "WordTokenizer", idf: "IdfT
                                        bands="4x16" if settings.simhash.bands == "auto" else settings.simhash.bands,
                                        min_features=settings.simhash.min_features,
                                        min_chars=short // 2 if auto else 0))
+        elif name == "minhash":
+            m = settings.minhash
+            out.append(MinhashDetector(num_perm=m.num_perm, bands=m.bands, shingle=m.shingle, threshold=m.threshold,
+                                       min_chars=short // 2 if auto else 0))
         elif name == "ngram":
             out.append(NgramDetector(tokenizer, m=settings.ngram.m, w=settings.ngram.w,
                                      threshold=settings.ngram.threshold,
+                                     edit_threshold=settings.ngram.edit_threshold,
                                      max_chars=short + short // 2 if auto else None))
         else:
             raise ValueError(f"unknown detector {name!r}; known: {', '.join(NAMES)}")

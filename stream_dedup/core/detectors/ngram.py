@@ -9,14 +9,20 @@ Keys: the text's *skeleton* (letters, digits and CJK only, look-alikes folded, s
 minimum-hash gram of every window of w consecutive grams. Any common substring of at least
 w + m - 1 characters yields a common key, and a text of n grams emits about 2n / (w + 1) keys
 (a 70-character SMS: ~10, not 67). Texts shorter than m use the whole skeleton as one key.
-Verify: Jaccard similarity of the jieba word sets of the two skeletons >= threshold.
+Verify: Jaccard similarity of the jieba word sets of the two skeletons >= threshold, and
+(unless ``edit_threshold`` is 0) normalized Levenshtein similarity of the skeletons >=
+edit_threshold: a reworded question shares its words with the original but not their order, a
+copy shares both. Payload: word-hash count (2 bytes), sorted word hashes (4 bytes each), skeleton.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import struct
+
 import mmh3
 import numpy as np
+from rapidfuzz.distance import Levenshtein
 
 from ..text import skeleton
 from .base import Detector, Match, Sketch
@@ -50,11 +56,12 @@ class NgramDetector(Detector):
     code = 2
 
     def __init__(self, tokenizer: "WordTokenizer", *, m: int = 4, w: int = 8, threshold: float = 0.6,
-                 max_chars: int | None = None):
+                 edit_threshold: float = 0.8, max_chars: int | None = None):
         self.tokenizer = tokenizer
         self.m = m
         self.w = w
         self.threshold = threshold
+        self.edit_threshold = edit_threshold
         self.max_chars = max_chars
 
     def applies(self, doc: "Doc") -> bool:
@@ -76,11 +83,21 @@ class NgramDetector(Detector):
             keys = winnow([sk[i:i + self.m] for i in range(len(sk) - self.m + 1)], self.w)
         words = {w for w in self.tokenizer.words(sk)} or {sk}
         hashes = np.unique(np.fromiter((mmh3.hash(x, signed=False) for x in words), dtype=np.uint32))
-        return Sketch(tuple(dict.fromkeys(keys)), hashes.astype(">u4").tobytes())
+        payload = struct.pack(">H", len(hashes)) + hashes.astype(">u4").tobytes() + sk.encode("utf-8")
+        return Sketch(tuple(dict.fromkeys(keys)), payload)
+
+    @staticmethod
+    def _unpack(p: bytes) -> tuple[set[int], str]:
+        (n,) = struct.unpack_from(">H", p)
+        return set(np.frombuffer(p, dtype=">u4", count=n, offset=2).tolist()), p[2 + 4 * n:].decode("utf-8")
 
     def verify(self, a: bytes, b: bytes) -> Match | None:
-        sa = set(np.frombuffer(a, dtype=">u4").tolist())
-        sb = set(np.frombuffer(b, dtype=">u4").tolist())
+        sa, ska = self._unpack(a)
+        sb, skb = self._unpack(b)
         inter = len(sa & sb)
         jac = inter / (len(sa) + len(sb) - inter) if (sa or sb) else 1.0
-        return Match(jac) if jac >= self.threshold else None
+        if jac < self.threshold:
+            return None
+        if self.edit_threshold and Levenshtein.normalized_similarity(ska, skb) < self.edit_threshold:
+            return None
+        return Match(jac)

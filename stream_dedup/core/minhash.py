@@ -1,0 +1,51 @@
+"""MinHash signatures (Broder) with numpy, and LSH band keys.
+
+A signature is, for each of ``num_perm`` random permutations h_i(x) = (a_i x + b_i) mod p of the
+shingle hashes, the minimum: the share of equal positions in two signatures estimates the
+Jaccard similarity of the shingle sets. Permutation parameters come from a seeded generator,
+so every process (and every worker) computes the same signatures. The whole signature is one
+(n_shingles x num_perm) numpy expression; the ``datasketch`` library uses the same scheme.
+
+LSH: the signature is cut into ``bands`` bands of ``rows`` values; two documents share a band key
+with probability 1 - (1 - J^rows)^bands, which the detector verifies by the estimated Jaccard.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .hashing import hash32_array
+
+_MERSENNE = np.uint64((1 << 61) - 1)
+_MAX32 = np.uint64(0xFFFFFFFF)
+
+
+class MinHasher:
+    def __init__(self, num_perm: int = 128, seed: int = 1):
+        gen = np.random.RandomState(seed)
+        self.num_perm = num_perm
+        self.a = gen.randint(1, 1 << 32, size=num_perm, dtype=np.uint64)
+        self.b = gen.randint(0, 1 << 32, size=num_perm, dtype=np.uint64)
+
+    def signature_of_hashes(self, hashes: np.ndarray) -> np.ndarray:
+        if hashes.size == 0:
+            return np.full(self.num_perm, 0xFFFFFFFF, dtype=np.uint32)
+        h = hashes.astype(np.uint64)[:, None]
+        perm = ((h * self.a + self.b) % _MERSENNE) & _MAX32
+        return perm.min(axis=0).astype(np.uint32)
+
+    def signature(self, shingles: list[str]) -> np.ndarray:
+        return self.signature_of_hashes(np.unique(hash32_array(shingles)))
+
+
+def jaccard_estimate(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.count_nonzero(a == b)) / len(a)
+
+
+def band_keys(sig: np.ndarray, bands: int) -> list[int]:
+    """One key per band: band index in the top bits, a 48-bit hash of the band's values below."""
+    rows = len(sig) // bands
+    view = sig[: rows * bands].reshape(bands, rows).astype(np.uint64)
+    mixed = np.zeros(bands, dtype=np.uint64)
+    for r in range(rows):  # FNV-style mix of the rows of every band at once
+        mixed = (mixed ^ view[:, r]) * np.uint64(0x100000001B3)
+    return [(i << 48) | (int(m) & ((1 << 48) - 1)) for i, m in enumerate(mixed.tolist())]
