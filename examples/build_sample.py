@@ -1,7 +1,7 @@
 """Build examples/sample.jsonl: the small corpus `make demo` replays (text written for this project).
 
 Originals are short news items and SMS; variants are the edits the product must catch: an exact
-repost, a repost with a source line and traditional characters, a sentence dropped, SMS spam
+repost, a repost with a source line and traditional characters, a notice appended, a sentence dropped, SMS spam
 with noise between characters and a changed number. Run: python examples/build_sample.py
 """
 import json
@@ -57,9 +57,11 @@ def main() -> None:
         add(f"news-{i}-repost", NEWS[i], f"n{i}")  # exact copy under another id
     for i in (1, 4, 6):
         add(f"news-{i}-source", "来源：本报综合　责任编辑：王明\n" + NEWS[i].translate(TRAD), f"n{i}")
-    for i in (2, 7):
-        sents = NEWS[i].split("。")
-        add(f"news-{i}-cut", "。".join(sents[:1] + sents[2:]), f"n{i}")  # a sentence dropped
+    add("news-2-notice", NEWS[2] + "本文仅代表作者观点，欢迎读者提供新闻线索。", "n2")  # a boilerplate line appended
+    for i in (7,):
+        sents = [x for x in NEWS[i].split("。") if x]
+        drop = min(range(1, len(sents)), key=lambda j: len(sents[j]))  # the shortest sentence after the first
+        add(f"news-{i}-cut", "。".join(sents[:drop] + sents[drop + 1:]) + "。", f"n{i}")
     add("sms-0-noise", "尊.敬.的.客.户您好，本店周年庆全场商品五折起，会员再享九折，活动时间本周六至周日，详询4008005678，回T退订", "s0")
     add("sms-1-noise", "恭 喜 您 获 得 本期幸运大奖，奖金伍万元，请点击链接领取并填写银行卡信息，逾期作废！！", "s1")
     out = Path(__file__).with_name("sample.jsonl")

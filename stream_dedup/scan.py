@@ -53,10 +53,12 @@ def _open_in(path: str):
 
 
 def run_scan(settings: Settings, input_path: str, out_path: str = "-", *, state_dir: str | None = None,
-             progress: bool = False, report_bad: TextIO | None = sys.stderr) -> ScanSummary:
+             progress: bool = False, report_bad: TextIO | None = None, quiet: bool = False) -> ScanSummary:
     from tqdm import tqdm
 
     summary = ScanSummary()
+    if report_bad is None and not quiet:
+        report_bad = sys.stderr
     t0 = time.perf_counter()
     engine = Engine(settings, state_dir)
     order: list[str] = []

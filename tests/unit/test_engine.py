@@ -1,0 +1,115 @@
+"""The embedded engine end to end on real Chinese text: verdict rule, revisions, order independence."""
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from stream_dedup.config import load_settings
+from stream_dedup.core.document import Rejected
+from stream_dedup.core.engine import Engine
+from stream_dedup.evaluate import evaluate
+from stream_dedup.scan import run_scan
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "examples" / "sample.jsonl"
+LABELS = REPO / "examples" / "sample_labels.jsonl"
+
+
+def events() -> list[dict]:
+    return [json.loads(line) for line in SAMPLE.read_text(encoding="utf-8").splitlines()]
+
+
+def final_verdicts(evs: list[dict]) -> dict[str, tuple]:
+    with Engine(load_settings(environ={})) as e:
+        for ev in evs:
+            e.process(ev)
+        return {v.id: (v.verdict, v.match, v.duplicate_of) for v in e.verdicts()}
+
+
+def test_sample_verdicts_match_labels():
+    labels = [json.loads(x) for x in LABELS.read_text().splitlines()]
+    with Engine(load_settings(environ={})) as e:
+        for ev in events():
+            e.process(ev)
+        rep = evaluate([v.to_dict() for v in e.verdicts()], labels)
+    assert rep.overall.precision == 1.0 and rep.overall.recall == 1.0, rep.describe()
+
+
+def test_order_independence_20_random_orders():
+    evs = events()
+    reference = final_verdicts(evs)
+    assert sum(1 for v in reference.values() if v[0] == "duplicate") >= 8
+    rng = random.Random(42)
+    for _ in range(20):
+        shuffled = evs[:]
+        rng.shuffle(shuffled)
+        assert final_verdicts(shuffled) == reference
+
+
+def test_late_earlier_document_revises_the_later_one():
+    text = "本市今天上午召开新闻发布会，介绍今年夏季防汛工作安排，全市已完成主要河道清淤二百余公里，新建排水泵站十二座。"
+    with Engine(load_settings(environ={})) as e:
+        v1 = e.process({"id": "late", "text": text, "ts": 2000})
+        assert [v.verdict for v in v1] == ["unique"]
+        out = e.process({"id": "early", "text": text, "ts": 1000})
+        by_id = {v.id: v for v in out}
+        assert by_id["early"].verdict == "unique" and by_id["early"].revision == 0
+        assert by_id["late"].verdict == "duplicate" and by_id["late"].duplicate_of == "early"
+        assert by_id["late"].revision == 1 and by_id["late"].match == "exact"
+
+
+def test_exact_beats_an_earlier_near_match():
+    base = "国内一家新能源车企发布了新款纯电动轿车，官方公布的续航里程达到七百公里。该车搭载自主研发的电池管理系统，充电十五分钟可补充四百公里续航。"
+    with Engine(load_settings(environ={})) as e:
+        e.process({"id": "near", "text": base.replace("七百", "六百"), "ts": 1})
+        e.process({"id": "orig", "text": base, "ts": 2})
+        e.process({"id": "copy", "text": base, "ts": 3})
+        assert e.verdict("orig").duplicate_of == "near" and e.verdict("orig").match == "near"
+        assert e.verdict("copy").duplicate_of == "orig" and e.verdict("copy").match == "exact"
+
+
+@pytest.mark.parametrize("raw,reason", [
+    (b"{not json", "not_json"), (b"\xff\xfe", "bad_utf8"), (b"[1,2]", "not_object"),
+    (b'{"text": "x"}', "missing_id"), (b'{"id": true, "text": "x"}', "bad_id"),
+    (b'{"id": "a"}', "missing_text"), (b'{"id": "a", "text": 5}', "bad_text"),
+    (b'{"id": "a", "text": "x", "ts": "yesterday"}', "bad_ts"), (b'{"id": "a", "text": " \\u200b "}', "empty_text"),
+])
+def test_bad_events_are_rejected_with_a_reason(raw, reason):
+    with Engine(load_settings(environ={})) as e:
+        with pytest.raises(Rejected) as exc:
+            e.process(raw, default_ts=1)
+        assert exc.value.reason == reason
+
+
+def test_same_id_different_content_is_rejected_and_replay_is_harmless():
+    with Engine(load_settings(environ={})) as e:
+        first = e.process({"id": "a", "text": "今天天气很好，我们去公园散步吧", "ts": 1})
+        assert e.process({"id": "a", "text": "今天天气很好，我们去公园散步吧", "ts": 1}) == []
+        assert e.verdict("a").to_dict() == first[0].to_dict()
+        with pytest.raises(Rejected) as exc:
+            e.process({"id": "a", "text": "完全不同的内容", "ts": 1})
+        assert exc.value.reason == "id_conflict"
+
+
+def test_scan_reports_bad_lines_and_keeps_going(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    good = [json.dumps(ev, ensure_ascii=False) for ev in events()[:5]]
+    src.write_text("\n".join(good[:2] + ["{oops", '{"id": 3}'] + good[2:]) + "\n", encoding="utf-8")
+    out = tmp_path / "v.jsonl"
+    summary = run_scan(load_settings(environ={}), str(src), str(out))
+    assert summary.docs == 5 and summary.rejected == 2
+    assert summary.reasons == {"not_json": 1, "missing_text": 1}
+    err = capsys.readouterr().err
+    assert "line 3: not_json" in err and "line 4: missing_text" in err
+    assert len(out.read_text().splitlines()) == 5
+
+
+def test_eval_counts_by_cluster():
+    verdicts = [{"id": "a", "verdict": "unique", "ts": 1}, {"id": "b", "verdict": "duplicate", "duplicate_of": "a", "ts": 2},
+                {"id": "c", "verdict": "duplicate", "duplicate_of": "a", "ts": 3}, {"id": "d", "verdict": "unique", "ts": 4}]
+    labels = [{"id": "a", "cluster": 1}, {"id": "b", "cluster": 1}, {"id": "c", "cluster": 2}, {"id": "d", "cluster": 2}]
+    r = evaluate(verdicts, labels)
+    # relevant: b (cluster 1) and d (cluster 2); predicted b (right) and c (wrong)
+    assert (r.overall.tp, r.overall.predicted, r.overall.relevant) == (1, 2, 2)
+    assert r.overall.precision == 0.5 and r.overall.recall == 0.5

@@ -1,0 +1,102 @@
+"""The RocksDB-backed state: bucket index and exact digest store (real RocksDB files)."""
+from stream_dedup.core.detectors.base import Match
+from stream_dedup.core.exact import ExactStore
+from stream_dedup.core.index import BucketIndex
+from stream_dedup.core.store import KVStore
+
+W = 1_000_000
+
+
+def same(a: bytes, b: bytes):
+    return Match(1.0, 0) if a == b else None
+
+
+def test_index_finds_the_earliest_match_and_late_matches(tmp_path):
+    idx = BucketIndex(KVStore(tmp_path / "i"))
+    idx.insert(1, "c", 300, b"P", (7,))
+    idx.insert(1, "a", 100, b"P", (7, 8))
+    idx.insert(1, "x", 50, b"Q", (7,))  # same bucket, does not verify
+    r = idx.probe(1, "b", 200, b"P", (7, 8), same, W)
+    assert r.earliest is not None and (r.earliest.ts, r.earliest.id) == (100, "a")
+    assert [(f.ts, f.id) for f in r.later] == [(300, "c")]
+    assert idx.probe(1, "z", 10, b"P", (9,), same, W).earliest is None
+
+
+def test_index_large_payloads_are_stored_once(tmp_path):
+    kv = KVStore(tmp_path / "i")
+    idx = BucketIndex(kv)
+    big = bytes(range(200))
+    idx.insert(3, "a", 1, big, (1, 2, 3))
+    assert kv.count(b"D") == 1 and kv.count(b"B") == 3
+    assert idx.probe(3, "b", 2, big, (2,), same, W).earliest.id == "a"
+
+
+def test_index_expiry_removes_every_entry(tmp_path):
+    kv = KVStore(tmp_path / "i")
+    idx = BucketIndex(kv)
+    for i in range(100):
+        idx.insert(1, f"d{i}", i * 10, bytes(100), (i % 7, 1000 + i))
+    assert idx.documents() == 100
+    assert idx.expire(500) == 50
+    assert idx.documents() == 50 and kv.count(b"B") == 100 and kv.count(b"D") == 50
+    assert idx.probe(1, "q", 2000, bytes(100), (1000,), same, W).earliest is None  # d0 expired
+    assert idx.probe(1, "q", 2000, bytes(100), (1099,), same, W).earliest.id == "d99"
+
+
+def test_index_window_limits_matches(tmp_path):
+    idx = BucketIndex(KVStore(tmp_path / "i"))
+    idx.insert(1, "old", 0, b"P", (5,))
+    assert idx.probe(1, "new", 10_000, b"P", (5,), same, window=5_000).earliest is None
+    assert idx.probe(1, "new", 10_000, b"P", (5,), same, window=20_000).earliest.id == "old"
+
+
+def test_index_insert_is_idempotent(tmp_path):
+    kv = KVStore(tmp_path / "i")
+    idx = BucketIndex(kv)
+    for _ in range(3):
+        idx.insert(1, "a", 1, b"P", (1, 2))
+    assert kv.count(b"B") == 2 and idx.documents() == 1
+
+
+def test_exact_store_answers_the_earliest_whatever_the_order(tmp_path):
+    ex = ExactStore(KVStore(tmp_path / "e"), W, bloom_capacity=1000)
+    d = b"\x01" * 16
+    first = ex.process(d, 300, "c")
+    assert first.first and first.original is None
+    r = ex.process(d, 500, "e")
+    assert not r.first and r.original == (300, "c")
+    r = ex.process(d, 100, "a")  # an earlier copy arrives late: it becomes the original
+    assert r.first and sorted(r.revise) == [(300, "c"), (500, "e")]
+    assert ex.process(d, 400, "d").original == (100, "a")
+    again = ex.process(d, 100, "a")  # a replay changes nothing
+    assert again.first and sorted(again.revise) == [(300, "c"), (400, "d"), (500, "e")]
+
+
+def test_bloom_false_positive_never_makes_a_unique_page_duplicate(tmp_path):
+    # a filter far too small for the load: nearly every query is a false positive
+    ex = ExactStore(KVStore(tmp_path / "e"), W, bloom_capacity=10, bloom_fp_rate=0.5)
+    import os
+
+    for i in range(2000):
+        out = ex.process(os.urandom(16), i, f"d{i}")
+        assert out.first and out.original is None
+    assert ex.bloom_fp > 1000
+
+
+def test_exact_store_rebuilds_its_filter_after_restart(tmp_path):
+    d = b"\x02" * 16
+    kv = KVStore(tmp_path / "e")
+    ExactStore(kv, W).process(d, 10, "a")
+    kv.close()
+    ex = ExactStore(KVStore(tmp_path / "e"), W)
+    assert ex.bloom.maybe_contains(d, 20)
+    assert ex.process(d, 20, "b").original == (10, "a")
+
+
+def test_exact_expiry(tmp_path):
+    kv = KVStore(tmp_path / "e")
+    ex = ExactStore(kv, W)
+    ex.process(b"\x03" * 16, 10, "a")
+    ex.process(b"\x04" * 16, 5000, "b")
+    assert ex.expire(100) == 1
+    assert kv.count(b"M") == 1 and kv.count(b"E") == 1

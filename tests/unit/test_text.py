@@ -1,0 +1,43 @@
+from stream_dedup.core.text import normalize, skeleton, split_sentences
+from stream_dedup.core.tokenize import WordTokenizer, char_ngrams
+
+
+def test_width_traditional_punctuation_and_invisibles_fold_to_one_form():
+    a = normalize("新浪體育訊　北京時間４月１２日，湖人隊擊敗國王。")
+    b = normalize("新浪体育讯北京时间4月12日,湖人队击败国王.")
+    assert a == b == "新浪体育讯北京时间4月12日,湖人队击败国王."
+    assert normalize("价\u200b格\u200d优惠\ufeff") == "价格优惠"
+    assert normalize("《红楼梦》“很好”【推荐】") == '"红楼梦""很好"[推荐]'
+    assert normalize("Hello   World\n\tAGAIN") == "hello world again"
+
+
+def test_spaces_next_to_cjk_are_layout():
+    assert normalize("北京 时间 ，上午 10 点") == "北京时间,上午10点"
+    assert normalize("use the API now") == "use the api now"
+
+
+def test_sentence_split_keeps_decimals_and_marks():
+    s = normalize("价格上涨3.5%。市场反应平淡！下周会怎样？专家说：难说；再看。")
+    assert split_sentences(s) == ["价格上涨3.5%.", "市场反应平淡!", "下周会怎样?", "专家说:难说;", "再看."]
+
+
+def test_skeleton_strips_spam_noise_and_folds_numbers():
+    a = skeleton(normalize("加.微*信 领 取 优惠，电话 138-0013-8000"))
+    b = skeleton(normalize("加微信领取优惠，电话13911112222"))
+    assert a == b == "加微信领取优惠电话#"
+
+
+def test_jieba_words_drop_stopwords_and_punctuation_and_user_dict(tmp_path):
+    tok = WordTokenizer()
+    words = tok.words(normalize("我们今天在北京召开了新闻发布会。"))
+    assert "北京" in words and "新闻" in words
+    assert "的" not in words and "." not in words and "我们" not in words
+    user = tmp_path / "user.txt"
+    user.write_text("凯伦诗服装 10 nz\n", encoding="utf-8")
+    assert "凯伦诗服装" in WordTokenizer(user_dict=str(user)).words("凯伦诗服装打折")
+
+
+def test_char_ngrams():
+    assert char_ngrams("abcde", 3) == ["abc", "bcd", "cde"]
+    assert char_ngrams("ab", 3) == ["ab"]
+    assert char_ngrams("", 3) == []
