@@ -33,7 +33,7 @@ class Counts:
 
 
 class Engine:
-    EXPIRE_EVERY = 4096
+    EXPIRE_EVERY = 50_000
 
     def __init__(self, settings: "Settings", state_dir: str | Path | None = None):
         self.settings = settings
@@ -48,7 +48,8 @@ class Engine:
         self.index_kv = KVStore(self.state_dir / "index")
         self.exact = ExactStore(self.exact_kv, self.window, bloom_capacity=settings.engine.bloom_capacity,
                                 bloom_fp_rate=settings.engine.bloom_fp_rate)
-        self.index = IndexStage(BucketIndex(self.index_kv), self.preparer.detectors, self.window)
+        self.exact.rebuild_bloom()  # a kept --state folder: the filter comes back from the store
+        self.index = IndexStage(BucketIndex(self.index_kv, window=self.window), self.preparer.detectors)
         self.decide = DecideStage()
         self.digests: dict[str, bytes] = {}
         self.watermark: int | None = None
@@ -94,7 +95,7 @@ class Engine:
         if self.watermark is None:
             return 0
         cutoff = self.watermark - self.window
-        return self.exact.expire(cutoff) + self.index.index.expire(cutoff)
+        return self.exact.sweep(cutoff) + self.index.index.sweep(cutoff)
 
     def verdict(self, ident: str) -> Verdict | None:
         st = self.decide.states.get(ident)

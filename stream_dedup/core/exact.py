@@ -1,26 +1,27 @@
-"""Exact duplicates: a decaying Bloom filter in front of a RocksDB digest store.
+"""Exact duplicates: a decaying Bloom filter in front of a digest store.
 
-Layout (one store per digest partition):
+Layout (any ``MutableMapping[bytes, bytes]``, like the bucket index):
 
-    M | digest(16) | ts(8) | id   ->  b""      every document with this digest, in (ts, id) order
-    E | ts(8) | digest(16) | id   ->  b""      the same, in event-time order, for expiry
+    X | digest(16)  ->  the documents with this digest: (ts, id) entries sorted by (ts, id)
 
-The earliest document of a digest within the window is the first ``M`` key at or after
-``digest | ts - window``: the store answers "exact duplicate of whom" with one seek, whatever the
-arrival order. When a document arrives that is earlier than every stored copy, it becomes the
-original and every stored copy is revised to point at it.
+The earliest entry within the window is the original, whatever the arrival order. When a
+document arrives that is earlier than every stored copy, it becomes the original and the
+stored copies are revised to point at it. A group keeps at most ``max_members`` entries (the
+earliest): later copies are still answered, only a late original beyond that many copies would
+leave the extra copies pointing at the previous original.
 
-The Bloom filter is a cache of "which digests exist": it is rebuilt from the ``M`` keys when the
-store is opened (after a restart or a partition move), so it needs no changelog of its own, and a
-false positive only costs the one seek that proves the digest absent (counted in ``bloom_fp``).
+The Bloom filter is a cache of "which digests exist": ``rebuild_bloom`` fills it from the store
+(after a restart or a partition move), so it needs no changelog of its own, and a false positive
+only costs the one read that proves the digest absent (counted in ``bloom_fp``), so it can never
+turn a unique page into a duplicate.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable, MutableMapping
 
 from .bloom import DecayingBloom
-from .keys import dec_order, enc_order, enc_ts
-from .store import KVStore
+from .index import pack_entries, unpack_entries
 
 
 @dataclass
@@ -31,56 +32,68 @@ class ExactOutcome:
 
 
 class ExactStore:
-    def __init__(self, store: KVStore, window: int, *, bloom_capacity: int = 1_000_000, bloom_fp_rate: float = 0.01):
-        self.store = store
+    def __init__(self, data: MutableMapping[bytes, bytes], window: int, *, bloom_capacity: int = 1_000_000,
+                 bloom_fp_rate: float = 0.01, max_members: int = 1000):
+        self.data = data
         self.window = window
+        self.max_members = max_members
         self.bloom = DecayingBloom.for_capacity(bloom_capacity, bloom_fp_rate, window)
         self.bloom_fp = 0
         self.bloom_negative = 0
-        self.rebuild_bloom()
+        self.watermark: int | None = None
 
-    def rebuild_bloom(self) -> int:
-        n = 0
+    def rebuild_bloom(self, items: Iterable[tuple[bytes, bytes]] | None = None) -> int:
+        """Refill the filter from stored digests (all of ``data``, or the given items)."""
         self.bloom = DecayingBloom(self.bloom.shape, self.window, self.bloom.resolution)
-        for k, _ in self.store.prefix(b"M"):
-            ts, _ident = dec_order(k, 17)
-            self.bloom.add(k[1:17], ts)
-            n += 1
+        n = 0
+        for k, v in (self.data.items() if items is None else items):
+            if k[:1] == b"X":
+                for ts, _ident, _ in unpack_entries(v):
+                    self.bloom.add(k[1:17], ts)
+                    n += 1
         return n
 
     def process(self, digest: bytes, ts: int, ident: str) -> ExactOutcome:
+        if self.watermark is None or ts > self.watermark:
+            self.watermark = ts
         me = (ts, ident)
-        prefix = b"M" + digest
-        out = ExactOutcome(first=True)
+        key = b"X" + digest
+        raw = None
         if self.bloom.maybe_contains(digest, ts):
-            found_any = False
-            for k, _ in self.store.prefix(prefix, start=prefix + enc_ts(ts - self.window)):
-                cand = dec_order(k, len(prefix))
-                if cand[0] > ts + self.window:
-                    break
-                found_any = True
-                if cand < me:
-                    out = ExactOutcome(first=False, original=cand)
-                    break
-                if cand != me:
-                    out.revise.append(cand)
-            if not found_any:
+            raw = self.data.get(key)
+            if not raw:
                 self.bloom_fp += 1
         else:
             self.bloom_negative += 1
+        entries = unpack_entries(raw) if raw else []
+        out = ExactOutcome(first=True)
+        for cts, cid, _ in entries:
+            if cts < ts - self.window or cid == ident:
+                continue
+            if cts > ts + self.window:
+                break
+            if (cts, cid) < me:
+                out = ExactOutcome(first=False, original=(cts, cid))
+                break
+            out.revise.append((cts, cid))
         self.bloom.add(digest, ts)
-        self.store.begin()
-        self.store.put(prefix + enc_order(ts, ident), b"")
-        self.store.put(b"E" + enc_ts(ts) + digest + ident.encode("utf-8", "surrogatepass"), b"")
-        self.store.commit()
+        cutoff = self.watermark - self.window
+        kept = [e for e in entries if e[0] >= cutoff and e[1] != ident] + [(ts, ident, b"")]
+        kept.sort(key=lambda e: (e[0], e[1]))
+        new = pack_entries(kept[: self.max_members])
+        if new != raw:
+            self.data[key] = new
         return out
 
-    def expire(self, before_ts: int) -> int:
-        n = 0
-        self.store.begin()
-        for k, _ in list(self.store.range(b"E", b"E" + enc_ts(before_ts))):
-            self.store.delete(b"M" + k[9:25] + k[1:9] + k[25:])
-            self.store.delete(k)
-            n += 1
-        self.store.commit()
-        return n
+    def sweep(self, before_ts: int) -> int:
+        """Drop every entry older than before_ts (walks the whole mapping: scan and tests)."""
+        dropped = 0
+        for k, v in list(self.data.items()):
+            entries = unpack_entries(v)
+            keep = [e for e in entries if e[0] >= before_ts]
+            dropped += len(entries) - len(keep)
+            if not keep:
+                del self.data[k]
+            elif len(keep) != len(entries):
+                self.data[k] = pack_entries(keep)
+        return dropped

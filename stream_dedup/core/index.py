@@ -1,30 +1,61 @@
-"""The bucket index: near-duplicate candidates by (detector, band key), on RocksDB.
+"""The bucket index: near-duplicate candidates by (detector, band key), over a key-value mapping.
 
-On-disk layout (stable; one store per band-key partition, so a worker owns whole partitions):
+Layout (any ``MutableMapping[bytes, bytes]``: a RocksDB store in ``scan``, a RocksDB-backed Faust
+table partition in the workers, so both drivers run this same code):
 
-    B | det(1) | key(8) | ts(8) | id   ->  payload, if it is at most 64 bytes, else b""
-    D | det(1) | id                     ->  payload (large payloads, stored once per document)
-    E | ts(8) | det(1) | id             ->  the document's keys in this store, 8 bytes each
+    B | det(1) | key(8)   ->  packed bucket: entries (ts, id, payload) sorted by (ts, id)
+    P | det(1) | id       ->  payload of a document, when larger than 64 bytes (stored once)
 
-Bucket entries sort by (ts, id) inside a bucket, so a probe walks each bucket from the earliest
-entry and stops at its first verified match: the earliest match, found without reading the rest
-of a long bucket (spam campaigns make long buckets). Entries later than the probing document are
-verified too: those are late matches, answered so that the later document's verdict is revised.
-``E`` orders documents by event time, so expiry deletes from the front.
+Why packed buckets rather than one key per entry: a Faust table (with its changelog, restore on
+rebalance and standby replicas) offers get/set/delete only, no prefix scan, and only reads the
+partition of the current event. One value per bucket needs nothing more, and a probe costs one
+read per key. The price is a read-modify-write per key on insert, bounded by ``max_bucket``.
 
-All writes are idempotent (same keys, same values): replaying a probe changes nothing.
+Entries are sorted by (ts, id), so a probe verifies each bucket from its earliest entry and stops
+at the first match: the earliest match, without verifying the rest of a long bucket (spam
+campaigns make long buckets). Entries later than the probing document are all verified: those are
+late matches, answered so that the later document's verdict is revised.
+
+Windows: every write prunes the bucket of entries older than ``watermark - window`` (event time),
+so live buckets stay bounded; buckets no document touches again are dropped by ``sweep`` (scan)
+or by the store's TTL and the changelog's retention (workers). A bucket over ``max_bucket``
+entries keeps its earliest ones: later documents still find the earliest match.
+
+Every write is idempotent: replaying a probe leaves the same bytes.
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable, MutableMapping
 
 from .detectors.base import Match
-from .keys import dec_order, enc_order, enc_ts, enc_u64
-from .store import KVStore
 
 INLINE_MAX = 64
+_HEAD = struct.Struct(">qHH")  # ts, id length, inline payload length
 Verify = Callable[[bytes, bytes], Match | None]
+Entry = tuple[int, str, bytes]  # ts, id, inline payload (b"" when stored under P)
+
+
+def pack_entries(entries: list[Entry]) -> bytes:
+    out = []
+    for ts, ident, payload in entries:
+        ib = ident.encode("utf-8", "surrogatepass")
+        out.append(_HEAD.pack(ts, len(ib), len(payload)) + ib + payload)
+    return b"".join(out)
+
+
+def unpack_entries(data: bytes) -> list[Entry]:
+    out: list[Entry] = []
+    pos, n = 0, len(data)
+    while pos < n:
+        ts, il, pl = _HEAD.unpack_from(data, pos)
+        pos += _HEAD.size
+        ident = data[pos:pos + il].decode("utf-8", "surrogatepass")
+        pos += il
+        out.append((ts, ident, data[pos:pos + pl]))
+        pos += pl
+    return out
 
 
 @dataclass
@@ -45,38 +76,40 @@ class ProbeResult:
     earliest: Found | None = None  # earliest matching document before the probing one
     later: list[Found] = field(default_factory=list)  # matching documents after it (late matches)
     candidates: int = 0
-    capped: int = 0
 
 
 class BucketIndex:
-    def __init__(self, store: KVStore, *, max_candidates: int = 2000):
-        self.store = store
-        self.max_candidates = max_candidates
+    def __init__(self, data: MutableMapping[bytes, bytes], *, window: int, max_bucket: int = 1000):
+        self.data = data
+        self.window = window
+        self.max_bucket = max_bucket
+        self.watermark: int | None = None
 
     @staticmethod
-    def _bucket(det: int, key: int) -> bytes:
-        return b"B" + bytes([det]) + enc_u64(key)
+    def bucket_key(det: int, key: int) -> bytes:
+        return b"B" + bytes([det]) + key.to_bytes(8, "big")
 
-    def probe(self, det: int, ident: str, ts: int, payload: bytes, keys: tuple[int, ...], verify: Verify,
-              window: int, *, late: bool = True) -> ProbeResult:
-        """Find the earliest earlier match and (if ``late``) every later match within the window."""
+    @staticmethod
+    def payload_key(det: int, ident: str) -> bytes:
+        return b"P" + bytes([det]) + ident.encode("utf-8", "surrogatepass")
+
+    def probe(self, det: int, ident: str, ts: int, payload: bytes, keys: Iterable[int], verify: Verify,
+              *, late: bool = True) -> ProbeResult:
+        """The earliest earlier match and (if ``late``) every later match, within the window."""
         me = (ts, ident)
+        lo, hi = ts - self.window, ts + self.window
         res = ProbeResult()
         seen: dict[tuple[int, str], Match | None] = {}
-        lo, hi = ts - window, ts + window
         for key in keys:
-            prefix = self._bucket(det, key)
-            n = 0
-            for k, v in self.store.prefix(prefix, start=prefix + enc_ts(lo)):
-                n += 1
-                if n > self.max_candidates:
-                    res.capped += 1
-                    break
-                cand = dec_order(k, len(prefix))
-                if cand[0] > hi:
-                    break
-                if cand == me or cand[1] == ident:
+            raw = self.data.get(self.bucket_key(det, key))
+            if not raw:
+                continue
+            for cts, cid, inline in unpack_entries(raw):
+                cand = (cts, cid)
+                if cts < lo or cid == ident:
                     continue
+                if cts > hi:
+                    break
                 earlier = cand < me
                 if earlier and res.earliest is not None and cand >= res.earliest.order:
                     continue  # cannot beat what another bucket found
@@ -85,49 +118,59 @@ class BucketIndex:
                 if cand in seen:
                     m = seen[cand]
                 else:
-                    other = v if v else self.store.get(b"D" + bytes([det]) + cand[1].encode("utf-8", "surrogatepass"))
+                    other = inline or self.data.get(self.payload_key(det, cid))
                     m = seen[cand] = verify(payload, other) if other else None
                     res.candidates += 1
                 if m is None:
                     continue
                 if earlier:
-                    res.earliest = Found(cand[0], cand[1], m)
-                    if not late:
-                        break
-                else:
-                    res.later.append(Found(cand[0], cand[1], m))
-        # one document may sit in several buckets: report each later match once
-        uniq: dict[tuple[int, str], Found] = {}
-        for f in res.later:
-            uniq.setdefault(f.order, f)
-        res.later = sorted(uniq.values(), key=lambda f: f.order)
+                    res.earliest = Found(cts, cid, m)
+                elif all(f.order != cand for f in res.later):
+                    res.later.append(Found(cts, cid, m))
+        res.later.sort(key=lambda f: f.order)
         return res
 
-    def insert(self, det: int, ident: str, ts: int, payload: bytes, keys: tuple[int, ...]) -> None:
-        order = enc_order(ts, ident)
+    def insert(self, det: int, ident: str, ts: int, payload: bytes, keys: Iterable[int]) -> None:
+        if self.watermark is None or ts > self.watermark:
+            self.watermark = ts
+        cutoff = self.watermark - self.window
         inline = payload if len(payload) <= INLINE_MAX else b""
-        self.store.begin()
-        for key in keys:
-            self.store.put(self._bucket(det, key) + order, inline)
         if not inline:
-            self.store.put(b"D" + bytes([det]) + ident.encode("utf-8", "surrogatepass"), payload)
-        self.store.put(b"E" + enc_ts(ts) + bytes([det]) + ident.encode("utf-8", "surrogatepass"),
-                       b"".join(enc_u64(k) for k in keys))
-        self.store.commit()
+            self.data[self.payload_key(det, ident)] = payload
+        me = (ts, ident, inline)
+        for key in keys:
+            bk = self.bucket_key(det, key)
+            raw = self.data.get(bk)
+            entries = [e for e in unpack_entries(raw) if e[0] >= cutoff and e[1] != ident] if raw else []
+            entries.append(me)
+            entries.sort(key=lambda e: (e[0], e[1]))
+            if len(entries) > self.max_bucket:
+                entries = entries[: self.max_bucket]
+            new = pack_entries(entries)
+            if new != raw:
+                self.data[bk] = new
 
-    def expire(self, before_ts: int) -> int:
-        """Delete every document with ts < before_ts; return how many."""
-        n = 0
-        self.store.begin()
-        for k, v in list(self.store.range(b"E", b"E" + enc_ts(before_ts))):
-            ts_b, det, ident_b = k[1:9], k[9], k[10:]
-            for i in range(0, len(v), 8):
-                self.store.delete(b"B" + bytes([det]) + v[i:i + 8] + ts_b + ident_b)
-            self.store.delete(b"D" + bytes([det]) + ident_b)
-            self.store.delete(k)
-            n += 1
-        self.store.commit()
-        return n
+    def sweep(self, before_ts: int) -> int:
+        """Drop every entry older than before_ts, and payloads no bucket refers to; return entries dropped.
 
-    def documents(self) -> int:
-        return self.store.count(b"E")
+        Walks the whole mapping: for ``scan`` and tests. Workers rely on pruning on write plus TTL.
+        """
+        dropped = 0
+        live: set[tuple[int, str]] = set()
+        payload_keys = []
+        for k, v in list(self.data.items()):
+            if k[:1] == b"P":
+                payload_keys.append(k)
+                continue
+            entries = unpack_entries(v)
+            keep = [e for e in entries if e[0] >= before_ts]
+            dropped += len(entries) - len(keep)
+            live.update((k[1], e[1]) for e in keep)
+            if not keep:
+                del self.data[k]
+            elif len(keep) != len(entries):
+                self.data[k] = pack_entries(keep)
+        for k in payload_keys:
+            if (k[1], k[2:].decode("utf-8", "surrogatepass")) not in live:
+                del self.data[k]
+        return dropped

@@ -184,12 +184,11 @@ def exact_stage(store: ExactStore, p: Prepared, partitions: int) -> tuple[list[T
 
 # ------------------------------------------------------------------------------------ index
 class IndexStage:
-    def __init__(self, index: BucketIndex, detectors: Iterable[Detector], window: int):
+    def __init__(self, index: BucketIndex, detectors: Iterable[Detector]):
         dets = list(detectors)
         self.index = index
         self.by_code = {d.code: d for d in dets}
         self.priority = {d.code: i for i, d in enumerate(dets)}
-        self.window = window
         self.candidates = 0
 
     def process(self, probe: Probe, *, late: bool = True) -> list[ToDecide]:
@@ -199,7 +198,7 @@ class IndexStage:
             det = self.by_code.get(code)
             if det is None:
                 raise ValueError(f"probe for detector code {code} that this worker does not run")
-            res = self.index.probe(code, probe.id, probe.ts, payload, keys, det.verify, self.window, late=late)
+            res = self.index.probe(code, probe.id, probe.ts, payload, keys, det.verify, late=late)
             self.candidates += res.candidates
             if res.earliest is not None:
                 f = res.earliest
@@ -217,6 +216,31 @@ class IndexStage:
 
 
 # ------------------------------------------------------------------------------------ decide
+class JsonStates(MutableMapping):
+    """DocState by id over a bytes mapping (a Faust table in the workers): JSON values."""
+
+    def __init__(self, data: MutableMapping):
+        self.data = data
+
+    def __getitem__(self, ident: str) -> DocState:
+        raw = self.data.get(ident.encode("utf-8", "surrogatepass"))
+        if raw is None:
+            raise KeyError(ident)
+        return DocState.from_json(json.loads(raw))
+
+    def __setitem__(self, ident: str, st: DocState) -> None:
+        self.data[ident.encode("utf-8", "surrogatepass")] = json.dumps(st.to_json(), separators=(",", ":")).encode()
+
+    def __delitem__(self, ident: str) -> None:
+        del self.data[ident.encode("utf-8", "surrogatepass")]
+
+    def __iter__(self):
+        return (k.decode("utf-8", "surrogatepass") for k in self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
 @dataclass
 class DecideStage:
     states: MutableMapping[str, DocState] = field(default_factory=dict)

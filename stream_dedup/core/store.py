@@ -1,99 +1,55 @@
-"""A byte-keyed state store on RocksDB (rocksdict), with an optional write listener.
+"""A bytes -> bytes mapping on RocksDB (rocksdict): the state store of the embedded engine.
 
-Why a listener: in the Kafka workers every write to a partition's store must also reach that
-partition's changelog topic, so that another worker can rebuild the store when the partition
-moves. The core calls ``put``/``delete``; the stream driver installs a listener that produces
-the same (key, value) pairs to the changelog. In ``scan`` nothing listens.
+The index, the digest store and the decide stage take any ``MutableMapping[bytes, bytes]``; in the
+Kafka workers that mapping is a RocksDB-backed Faust table partition (with its changelog), here it
+is a local RocksDB folder, so both drivers run the same state code over the same on-disk format.
 """
 from __future__ import annotations
 
 import shutil
+from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
-from rocksdict import Options, Rdict, WriteBatch
-
-WriteListener = Callable[[bytes, bytes | None], None]
+from rocksdict import Options, Rdict
 
 
-class KVStore:
-    """Raw-bytes RocksDB; keys sort bytewise, so big-endian numbers in keys sort numerically."""
-
-    def __init__(self, path: str | Path, *, listener: WriteListener | None = None):
+class KVStore(MutableMapping):
+    def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
-        opts.set_max_background_jobs(2)
         opts.increase_parallelism(2)
         self._db = Rdict(str(self.path), opts)
-        self._listener = listener
-        self._batch: WriteBatch | None = None
 
-    # --- reads
-    def get(self, key: bytes) -> bytes | None:
-        return self._db.get(key)
+    def __getitem__(self, key: bytes) -> bytes:
+        v = self._db.get(key)
+        if v is None:
+            raise KeyError(key)
+        return v
 
-    def multi_get(self, keys: list[bytes]) -> list[bytes | None]:
-        return self._db.get(keys) if keys else []
+    def get(self, key: bytes, default=None):
+        v = self._db.get(key)
+        return default if v is None else v
 
-    def prefix(self, prefix: bytes, limit: int | None = None, start: bytes | None = None
-               ) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) pairs whose key starts with prefix, in key order, from ``start`` if given."""
-        it = self._db.iter()
-        it.seek(start if start is not None else prefix)
-        n = 0
-        while it.valid():
-            k = it.key()
-            if not k.startswith(prefix):
-                break
-            yield k, it.value()
-            n += 1
-            if limit is not None and n >= limit:
-                break
-            it.next()
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        self._db.put(key, value)
 
-    def range(self, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) pairs with start <= key < stop."""
-        it = self._db.iter()
-        it.seek(start)
-        while it.valid():
-            k = it.key()
-            if k >= stop:
-                break
-            yield k, it.value()
-            it.next()
+    def __delitem__(self, key: bytes) -> None:
+        self._db.delete(key)
 
-    # --- writes (batched between begin() and commit(), so one event's writes land atomically)
-    def begin(self) -> None:
-        if self._batch is None:
-            self._batch = WriteBatch(raw_mode=True)
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._db.keys())
 
-    def commit(self) -> None:
-        if self._batch is not None:
-            if not self._batch.is_empty():
-                self._db.write(self._batch)
-            self._batch = None
+    def items(self):  # type: ignore[override]
+        return self._db.items()
 
-    def put(self, key: bytes, value: bytes) -> None:
-        (self._batch or self._db).put(key, value)
-        if self._listener is not None:
-            self._listener(key, value)
-
-    def delete(self, key: bytes) -> None:
-        (self._batch or self._db).delete(key)
-        if self._listener is not None:
-            self._listener(key, None)
-
-    def apply_changelog(self, key: bytes, value: bytes | None) -> None:
-        """Restore path: write without notifying the listener (the change is already logged)."""
-        if value is None:
-            self._db.delete(key)
-        else:
-            self._db.put(key, value)
+    def __len__(self) -> int:
+        return sum(1 for _ in self._db.keys())
 
     def count(self, prefix: bytes = b"") -> int:
-        return sum(1 for _ in self.prefix(prefix))
+        return sum(1 for k in self._db.keys() if k.startswith(prefix))
 
     def approximate_size(self) -> int:
         try:
@@ -101,12 +57,7 @@ class KVStore:
         except Exception:  # noqa: BLE001 - property not available on every build
             return 0
 
-    def flush(self) -> None:
-        self.commit()
-        self._db.flush()
-
     def close(self) -> None:
-        self.commit()
         self._db.close()
 
     def destroy(self) -> None:

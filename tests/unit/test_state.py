@@ -1,7 +1,9 @@
-"""The RocksDB-backed state: bucket index and exact digest store (real RocksDB files)."""
+"""The state code over real RocksDB files: bucket index and exact digest store."""
+import os
+
 from stream_dedup.core.detectors.base import Match
 from stream_dedup.core.exact import ExactStore
-from stream_dedup.core.index import BucketIndex
+from stream_dedup.core.index import BucketIndex, pack_entries, unpack_entries
 from stream_dedup.core.store import KVStore
 
 W = 1_000_000
@@ -11,51 +13,69 @@ def same(a: bytes, b: bytes):
     return Match(1.0, 0) if a == b else None
 
 
+def test_packed_entries_round_trip():
+    e = [(-5, "a", b""), (0, "文档", b"xyz"), (2**40, "b" * 300, bytes(64))]
+    assert unpack_entries(pack_entries(e)) == e
+
+
 def test_index_finds_the_earliest_match_and_late_matches(tmp_path):
-    idx = BucketIndex(KVStore(tmp_path / "i"))
+    idx = BucketIndex(KVStore(tmp_path / "i"), window=W)
     idx.insert(1, "c", 300, b"P", (7,))
     idx.insert(1, "a", 100, b"P", (7, 8))
     idx.insert(1, "x", 50, b"Q", (7,))  # same bucket, does not verify
-    r = idx.probe(1, "b", 200, b"P", (7, 8), same, W)
+    r = idx.probe(1, "b", 200, b"P", (7, 8), same)
     assert r.earliest is not None and (r.earliest.ts, r.earliest.id) == (100, "a")
     assert [(f.ts, f.id) for f in r.later] == [(300, "c")]
-    assert idx.probe(1, "z", 10, b"P", (9,), same, W).earliest is None
+    assert idx.probe(1, "z", 10, b"P", (9,), same).earliest is None
 
 
 def test_index_large_payloads_are_stored_once(tmp_path):
     kv = KVStore(tmp_path / "i")
-    idx = BucketIndex(kv)
+    idx = BucketIndex(kv, window=W)
     big = bytes(range(200))
     idx.insert(3, "a", 1, big, (1, 2, 3))
-    assert kv.count(b"D") == 1 and kv.count(b"B") == 3
-    assert idx.probe(3, "b", 2, big, (2,), same, W).earliest.id == "a"
+    assert kv.count(b"P") == 1 and kv.count(b"B") == 3
+    assert all(len(v) < 40 for k, v in kv.items() if k[:1] == b"B")
+    assert idx.probe(3, "b", 2, big, (2,), same).earliest.id == "a"
 
 
-def test_index_expiry_removes_every_entry(tmp_path):
+def test_index_prunes_on_write_and_sweeps(tmp_path):
     kv = KVStore(tmp_path / "i")
-    idx = BucketIndex(kv)
+    idx = BucketIndex(kv, window=500)
     for i in range(100):
         idx.insert(1, f"d{i}", i * 10, bytes(100), (i % 7, 1000 + i))
-    assert idx.documents() == 100
-    assert idx.expire(500) == 50
-    assert idx.documents() == 50 and kv.count(b"B") == 100 and kv.count(b"D") == 50
-    assert idx.probe(1, "q", 2000, bytes(100), (1000,), same, W).earliest is None  # d0 expired
-    assert idx.probe(1, "q", 2000, bytes(100), (1099,), same, W).earliest.id == "d99"
+    # every write pruned its buckets to the window behind the newest event (990 - 500)
+    for key in range(7):
+        last_write = max(i for i in range(100) if i % 7 == key) * 10
+        entries = unpack_entries(kv[idx.bucket_key(1, key)])
+        assert min(e[0] for e in entries) >= last_write - 500 and len(entries) < 100 // 7
+    assert idx.sweep(800) > 0
+    assert all(e[0] >= 800 for k, v in kv.items() if k[:1] == b"B" for e in unpack_entries(v))
+    assert kv.count(b"P") == 20  # payloads of swept documents are gone too
+    assert idx.probe(1, "q", 1000, bytes(100), (1000,), same).earliest is None  # d0 expired
+    assert idx.probe(1, "q", 1000, bytes(100), (1099,), same).earliest.id == "d99"
 
 
 def test_index_window_limits_matches(tmp_path):
-    idx = BucketIndex(KVStore(tmp_path / "i"))
+    idx = BucketIndex(KVStore(tmp_path / "i"), window=5_000)
     idx.insert(1, "old", 0, b"P", (5,))
-    assert idx.probe(1, "new", 10_000, b"P", (5,), same, window=5_000).earliest is None
-    assert idx.probe(1, "new", 10_000, b"P", (5,), same, window=20_000).earliest.id == "old"
+    assert idx.probe(1, "new", 10_000, b"P", (5,), same).earliest is None
+    idx.window = 20_000
+    assert idx.probe(1, "new", 10_000, b"P", (5,), same).earliest.id == "old"
 
 
-def test_index_insert_is_idempotent(tmp_path):
+def test_index_insert_is_idempotent_and_buckets_are_bounded(tmp_path):
     kv = KVStore(tmp_path / "i")
-    idx = BucketIndex(kv)
+    idx = BucketIndex(kv, window=W, max_bucket=10)
     for _ in range(3):
         idx.insert(1, "a", 1, b"P", (1, 2))
-    assert kv.count(b"B") == 2 and idx.documents() == 1
+    snapshot = dict(kv.items())
+    idx.insert(1, "a", 1, b"P", (1, 2))
+    assert dict(kv.items()) == snapshot and len(unpack_entries(kv[idx.bucket_key(1, 1)])) == 1
+    for i in range(50):
+        idx.insert(1, f"s{i}", 100 + i, b"P", (1,))
+    kept = unpack_entries(kv[idx.bucket_key(1, 1)])
+    assert len(kept) == 10 and kept[0][1] == "a"  # the earliest entries stay
 
 
 def test_exact_store_answers_the_earliest_whatever_the_order(tmp_path):
@@ -75,8 +95,6 @@ def test_exact_store_answers_the_earliest_whatever_the_order(tmp_path):
 def test_bloom_false_positive_never_makes_a_unique_page_duplicate(tmp_path):
     # a filter far too small for the load: nearly every query is a false positive
     ex = ExactStore(KVStore(tmp_path / "e"), W, bloom_capacity=10, bloom_fp_rate=0.5)
-    import os
-
     for i in range(2000):
         out = ex.process(os.urandom(16), i, f"d{i}")
         assert out.first and out.original is None
@@ -89,14 +107,15 @@ def test_exact_store_rebuilds_its_filter_after_restart(tmp_path):
     ExactStore(kv, W).process(d, 10, "a")
     kv.close()
     ex = ExactStore(KVStore(tmp_path / "e"), W)
-    assert ex.bloom.maybe_contains(d, 20)
+    assert not ex.bloom.maybe_contains(d, 20)
+    assert ex.rebuild_bloom() == 1 and ex.bloom.maybe_contains(d, 20)
     assert ex.process(d, 20, "b").original == (10, "a")
 
 
-def test_exact_expiry(tmp_path):
+def test_exact_sweep(tmp_path):
     kv = KVStore(tmp_path / "e")
     ex = ExactStore(kv, W)
     ex.process(b"\x03" * 16, 10, "a")
     ex.process(b"\x04" * 16, 5000, "b")
-    assert ex.expire(100) == 1
-    assert kv.count(b"M") == 1 and kv.count(b"E") == 1
+    assert ex.sweep(100) == 1
+    assert kv.count(b"X") == 1
