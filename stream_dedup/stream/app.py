@@ -1,0 +1,217 @@
+"""The Kafka worker: a Faust app whose agents move messages between the core's stage functions.
+
+    pages ─► prepare ─► {internal}.fingerprints ─► exact ─► {internal}.probes ─► index ─► {internal}.answers ─► decide ─► verdicts
+             (stateless)    key = digest            table      partition = band key        table   key = doc id        table     unique / duplicate
+              └─► pages.dlq                          "exact"                                "index"                     "decide"
+
+Each stateful agent owns a RocksDB-backed Faust table (rocksdict) whose changelog is one of the
+``*-changelog`` topics in ``topics/topics.toml``; Faust restores a partition's table from it when the
+partition moves. A table partition is only read and written while processing an event of the same
+partition number, which is exactly how the messages are routed: by digest (exact), by band-key
+partition (index: ``stages.key_partition``), by document id (decide). All deciding happens in
+``core.stages``; this module only moves bytes and keeps counts.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from ..config import Settings
+from ..core.document import Rejected
+from ..core.exact import ExactStore
+from ..core.index import BucketIndex
+from ..core.stages import DecideStage, IndexStage, JsonStates, Prepared, Preparer, Probe, ToDecide, exact_stage
+from .credentials import faust_credentials
+
+log = logging.getLogger("stream_dedup.worker")
+
+
+class TableMapping(MutableMapping):
+    """bytes -> bytes view of a Faust table (raw serializers), as the core's stores expect."""
+
+    def __init__(self, table: Any):
+        self.table = table
+
+    def __getitem__(self, key: bytes) -> bytes:
+        return self.table[key]
+
+    def get(self, key: bytes, default: Any = None) -> Any:
+        return self.table.get(key, default)
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.table[key] = value
+
+    def __delitem__(self, key: bytes) -> None:
+        del self.table[key]
+
+    def __iter__(self):
+        return iter(self.table.keys())
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def partition_items(self, partition: int):
+        """Every (key, value) of one local partition (for rebuilding in-memory caches after a move).
+
+        Uses the rocksdict store's per-partition database; Faust's own bookkeeping keys are skipped.
+        """
+        db = self.table.data._db_for_partition(partition)
+        for k, v in db.items():
+            if not k.startswith(b"__faust"):
+                yield k, v
+
+
+def build_app(settings: Settings) -> faust.App:
+    t = settings.topics
+    n = t.partitions
+    w = settings.worker
+    app = faust.App(
+        w.app_id,
+        broker=[f"kafka://{hp.strip()}" for hp in settings.kafka.bootstrap.split(",")],
+        broker_credentials=faust_credentials(settings.kafka.client),
+        store="rocksdb://",
+        datadir=str(Path(w.state_dir).absolute()),
+        topic_partitions=n,
+        topic_replication_factor=settings.kafka.replication_factor,
+        topic_allow_declare=True,
+        processing_guarantee=w.processing_guarantee,
+        consumer_auto_offset_reset="earliest",
+        web_enabled=w.web_port > 0,
+        web_port=w.web_port or 6066,
+        web_bind=w.web_host,
+        web_host=w.web_host,
+        broker_commit_every=1000,
+        broker_commit_interval=1.0,
+        stream_wait_empty=False,
+        table_cleanup_interval=60.0,
+    )
+
+    def topic(name: str, partitions: int | None = n, compacted: bool = False) -> faust.TopicT:
+        return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+                         partitions=partitions, compacting=compacted or None)
+
+    pages = topic(t.pages)
+    dlq = topic(t.dlq, partitions=1)
+    verdicts, unique, duplicate = topic(t.verdicts, compacted=True), topic(t.unique), topic(t.duplicate)
+    fingerprints = topic(f"{t.internal_prefix}.fingerprints")
+    probes = topic(f"{t.internal_prefix}.probes")
+    answers = topic(f"{t.internal_prefix}.answers")
+
+    def table(name: str):
+        return app.Table(name, key_type=bytes, value_type=bytes,  # bytes types: raw serializers
+                         partitions=n, changelog_topic=topic(f"{t.internal_prefix}.{name}-changelog", compacted=True))
+
+    exact_t, index_t, decide_t = table("exact"), table("index"), table("decide")
+
+    preparer = Preparer(settings)
+    window = settings.engine.window_ms
+    exact_data = TableMapping(exact_t)
+    exact_by_part: dict[int, ExactStore] = {}
+    index_stage = IndexStage(BucketIndex(TableMapping(index_t), window=window), preparer.detectors)
+    decide = DecideStage(JsonStates(TableMapping(decide_t)))
+    counts: Counter[str] = Counter()
+    pending: dict[str, float] = {}
+
+    def exact_store(partition: int) -> ExactStore:
+        st = exact_by_part.get(partition)
+        if st is None:  # first event of a partition in this process: warm its filter from the table
+            st = exact_by_part[partition] = ExactStore(exact_data, window, bloom_capacity=settings.engine.bloom_capacity,
+                                                       bloom_fp_rate=settings.engine.bloom_fp_rate)
+            rebuilt = st.rebuild_bloom(exact_data.partition_items(partition))
+            log.info("exact partition %d: Bloom filter rebuilt from %d stored digests", partition, rebuilt)
+        return st
+
+    async def to_decide(msgs: list[ToDecide]) -> None:
+        for m in msgs:
+            await answers.send(key=m.id.encode("utf-8", "surrogatepass"), value=m.to_bytes())
+
+    @app.agent(pages)
+    async def prepare(stream):
+        async for event in stream.events():
+            msg = event.message
+            counts["in"] += 1
+            try:
+                p = preparer.prepare(event.value if event.value is not None else b"", default_ts=msg.timestamp
+                                     and int(msg.timestamp * 1000))
+            except Rejected as e:
+                counts[f"dlq.{e.reason}"] += 1
+                counts["dlq"] += 1
+                raw = event.value or b""
+                await dlq.send(key=msg.key, value=json.dumps({
+                    "reason": e.reason, "detail": e.detail[:1000], "original_b64": base64.b64encode(raw).decode(),
+                    "topic": msg.topic, "partition": msg.partition, "offset": msg.offset}).encode())
+                continue
+            counts["prepared"] += 1
+            await fingerprints.send(key=p.digest, value=p.to_bytes())
+
+    @app.agent(fingerprints)
+    async def exact(stream):
+        async for event in stream.events():
+            p = Prepared.from_bytes(event.value)
+            msgs, probe_list = exact_stage(exact_store(event.message.partition), p, n)
+            counts["exact.in"] += 1
+            counts["exact.copies"] += 0 if probe_list or not msgs[0].cand else 1
+            for pr in probe_list:
+                await probes.send(key=pr.id.encode("utf-8", "surrogatepass"), value=pr.to_bytes(),
+                                  partition=pr.partition)
+            await to_decide(msgs)
+
+    @app.agent(probes)
+    async def index(stream):
+        async for event in stream.events():
+            pr = Probe.from_bytes(event.value)
+            if pr.partition != event.message.partition:
+                log.error("probe for partition %d arrived on %d: partition counts differ", pr.partition,
+                          event.message.partition)
+            counts["index.probes"] += 1
+            await to_decide(index_stage.process(pr))
+
+    @app.agent(answers)
+    async def decide_agent(stream):
+        async for event in stream.events():
+            m = ToDecide.from_bytes(event.value)
+            counts[f"decide.{m.kind}"] += 1
+            v = decide.apply(m)
+            st = decide.states.get(m.id)
+            if st is not None and not st.complete:
+                pending.setdefault(m.id, time.monotonic())
+            else:
+                pending.pop(m.id, None)
+            if v is None:
+                continue
+            key = v.id.encode("utf-8", "surrogatepass")
+            body = json.dumps(v.to_dict(), ensure_ascii=False).encode()
+            counts["verdicts"] += 1
+            counts["revisions"] += v.revision > 0
+            counts[f"verdict.{v.verdict}" + (f".{v.match}" if v.match else "")] += 1
+            await verdicts.send(key=key, value=body)
+            await (unique if v.verdict == "unique" else duplicate).send(key=key, value=body)
+
+    @app.timer(interval=10.0)
+    async def report() -> None:
+        stale = [i for i, t0 in pending.items() if time.monotonic() - t0 > 60]
+        if stale:
+            log.warning("%d documents wait for probe answers for over 60 s (e.g. %s)", len(stale), stale[:5])
+        counts["pending"] = len(pending)
+        log.info("counts %s", json.dumps(dict(sorted(counts.items()))))
+
+    app.stream_dedup_counts = counts  # type: ignore[attr-defined]
+    app.stream_dedup_pending = pending  # type: ignore[attr-defined]
+    return app
+
+
+def run_worker(settings: Settings, concurrency: int = 1) -> None:
+    logging.basicConfig(level=os.environ.get("STREAM_DEDUP_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = build_app(settings)
+    faust.Worker(app, loglevel=os.environ.get("STREAM_DEDUP_LOG_LEVEL", "info").lower(), quiet=True
+                 ).execute_from_commandline()
