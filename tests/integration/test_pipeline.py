@@ -1,0 +1,97 @@
+"""The streaming worker on a real broker: convergence with `scan`, completeness, rebalances."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from stream_dedup.config import Settings
+from stream_dedup.core.engine import Engine
+from stream_dedup.topics import apply
+
+from ..conftest import shared_data
+from .pipeline import Workers, key_of, labelled_stream, latest, produce_events, read_all
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+BAD = [b"{not json", b"\xff\xfe\xfa", b'{"text": "no id"}', b'{"id": "bad-1"}', b'{"id": "bad-2", "text": 42}',
+       b'[1, 2, 3]', b'{"id": "bad-3", "text": "x", "ts": "noon"}']
+
+
+def scan_verdicts(settings: Settings, events: list[dict]) -> dict[str, tuple]:
+    with Engine(settings) as e:
+        for ev in events:
+            e.process(ev)
+        return {v.id: key_of(v.to_dict()) for v in e.verdicts()}
+
+
+def run_and_collect(settings: Settings, events: list[dict], timeout: float, during=None) -> tuple[dict, list]:
+    n = len(events)
+    produce_events(settings, events, extra_raw=BAD)
+    if during:
+        during()
+    verdicts = read_all(settings, settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= n, timeout=timeout)
+    time.sleep(3)  # revisions still in flight
+    verdicts = read_all(settings, settings.topics.verdicts, until=lambda ms: False, timeout=30, idle=5)
+    dlq = read_all(settings, settings.topics.dlq, until=lambda ms: len(ms) >= len(BAD), timeout=60)
+    return latest(verdicts), dlq
+
+
+def check(settings, events, got, dlq, workers):
+    expected = scan_verdicts(settings, events)
+    assert len(got) + len(dlq) == len(events) + len(BAD), workers.logs()
+    assert set(got) == {e["id"] for e in events}
+    diverged = {i: (key_of(got[i]), expected[i]) for i in expected if key_of(got[i]) != expected[i]}
+    assert not diverged, f"{len(diverged)} verdicts differ from scan, e.g. {list(diverged.items())[:5]}"
+    assert {d["reason"] for d in dlq} == {"not_json", "bad_utf8", "missing_id", "missing_text", "bad_text",
+                                          "not_object", "bad_ts"}
+    assert all(d["original_b64"] and d["offset"] is not None for d in dlq)
+    dups = sum(1 for v in got.values() if v["verdict"] == "duplicate")
+    assert dups > 0.05 * len(events)
+
+
+@pytest.fixture
+def stream_events(tmp_path):
+    shared_data("news/thucnews_1000.jsonl")
+    return labelled_stream(tmp_path, n_news=1800, n_sms=3400)
+
+
+@pytest.mark.parametrize("n_workers", [1, 3])
+def test_convergence_with_scan(kafka_settings, tmp_path, stream_events, n_workers):
+    kafka_settings.topics.partitions = 6
+    apply(kafka_settings)
+    workers = Workers(kafka_settings, tmp_path)
+    try:
+        for i in range(n_workers):
+            workers.start(f"w{i}")
+        got, dlq = run_and_collect(kafka_settings, stream_events, timeout=900)
+    finally:
+        workers.stop_all()
+    check(kafka_settings, stream_events, got, dlq, workers)
+
+
+def test_rebalance_add_a_worker_then_stop_one(kafka_settings, tmp_path, stream_events):
+    kafka_settings.topics.partitions = 6
+    apply(kafka_settings)
+    workers = Workers(kafka_settings, tmp_path)
+    half = len(stream_events) // 2
+
+    def during():
+        pass
+
+    try:
+        workers.start("w0")
+        workers.start("w1")
+        produce_events(kafka_settings, stream_events[:half])
+        read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= half // 3,
+                 timeout=600)
+        workers.start("w2")  # joins mid-stream: partitions move to it
+        got, dlq = run_and_collect(kafka_settings, stream_events[half:], timeout=900,
+                                   during=lambda: (time.sleep(10), workers.stop("w0")))
+        # the first half's verdicts are on the topic too
+        everything = latest(read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: False,
+                                     timeout=60, idle=5))
+    finally:
+        workers.stop_all()
+    check(kafka_settings, stream_events, everything, dlq, workers)
