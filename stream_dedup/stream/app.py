@@ -17,6 +17,7 @@ import base64
 import json
 import logging
 import os
+import socket
 import time
 from collections import Counter
 from collections.abc import MutableMapping
@@ -105,6 +106,9 @@ def build_app(settings: Settings) -> faust.App:
     fingerprints = topic(f"{t.internal_prefix}.fingerprints")
     probes = topic(f"{t.internal_prefix}.probes")
     answers = topic(f"{t.internal_prefix}.answers")
+    status_topic = topic(f"{t.internal_prefix}.status", partitions=1, compacted=True)
+    worker_id = f"{socket.gethostname()}:{os.getpid()}"
+    started = time.time()
 
     def table(name: str):
         return app.Table(name, key_type=bytes, value_type=bytes,  # bytes types: raw serializers
@@ -202,7 +206,13 @@ def build_app(settings: Settings) -> faust.App:
         if stale:
             log.warning("%d documents wait for probe answers for over 60 s (e.g. %s)", len(stale), stale[:5])
         counts["pending"] = len(pending)
-        log.info("counts %s", json.dumps(dict(sorted(counts.items()))))
+        counts["pending_over_60s"] = len(stale)
+        snapshot = dict(sorted(counts.items()))
+        log.info("counts %s", json.dumps(snapshot))
+        assigned = sorted(f"{tp.topic}[{tp.partition}]" for tp in app.consumer.assignment())
+        await status_topic.send(key=worker_id.encode(), value=json.dumps(
+            {"worker": worker_id, "at": time.time(), "uptime_s": round(time.time() - started, 1),
+             "counts": snapshot, "assigned": assigned}).encode())
 
     app.stream_dedup_counts = counts  # type: ignore[attr-defined]
     app.stream_dedup_pending = pending  # type: ignore[attr-defined]

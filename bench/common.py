@@ -1,0 +1,70 @@
+"""Shared helpers for the benchmark scripts: corpora, medians, tables, result files."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("STREAM_DEDUP_SHARED", REPO.parent / "shared" / "data"))
+RESULTS = REPO / "bench" / "results"
+DEVSET = REPO / "bench" / "work" / "devset"
+
+
+def need_shared() -> None:
+    if not SHARED.exists():
+        sys.exit(f"benchmarks need the sample corpora at {SHARED} (set STREAM_DEDUP_SHARED)")
+
+
+def devset() -> Path:
+    if not (DEVSET / "news.jsonl").exists():
+        subprocess.run([sys.executable, str(REPO / "bench" / "build_devset.py")], check=True)
+    return DEVSET
+
+
+def read_jsonl(path: Path, limit: int | None = None) -> list[dict]:
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                out.append(json.loads(line))
+                if limit and len(out) >= limit:
+                    break
+    return out
+
+
+def median_time(fn, repeat: int = 5) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def machine() -> dict:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
+            "cpus": os.cpu_count(), "python": platform.python_version(), "machine": platform.machine()}
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    cells = [[str(h) for h in headers]] + [[f"{c:.4g}" if isinstance(c, float) else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def save(name: str, data: dict, text: str) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    data = {"machine": machine(), **data}
+    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+    (RESULTS / f"{name}.md").write_text(f"{text}\n\n{json.dumps(data['machine'])}\n", encoding="utf-8")
+    print(text)
+    print(f"\nwritten: bench/results/{name}.json, bench/results/{name}.md")

@@ -1,0 +1,97 @@
+"""Fingerprint math vs peers on the same feature lists, per document, news and SMS.
+
+    python bench/fingerprint.py [--docs 300] [--repeat 5]
+
+* SimHash: this project's numpy SimHash vs the `simhash` library's Simhash, both given the same
+  (word, TF-IDF weight) list of each document.
+* MinHash: this project's numpy MinHash vs `datasketch` MinHash(num_perm=128), same 5-char shingles.
+* n-gram keys (short-text detector: skeleton, winnowed 4-grams, word hashes): this project only.
+Features are computed once, outside the timed region; the table gives the median over --repeat runs
+of the per-document time and the ratio peer / ours (higher = ours faster).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import devset, median_time, need_shared, read_jsonl, save, table  # noqa: E402
+
+from stream_dedup.config import load_settings  # noqa: E402
+from stream_dedup.core.detectors.minhash import MinhashDetector  # noqa: E402
+from stream_dedup.core.detectors.ngram import NgramDetector  # noqa: E402
+from stream_dedup.core.detectors.simhash import SimhashDetector  # noqa: E402
+from stream_dedup.core.minhash import MinHasher  # noqa: E402
+from stream_dedup.core.simhash import simhash  # noqa: E402
+from stream_dedup.core.stages import Preparer  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=300)
+    ap.add_argument("--repeat", type=int, default=5)
+    a = ap.parse_args()
+    need_shared()
+    from datasketch import MinHash
+    from simhash import Simhash
+
+    prep = Preparer(load_settings(environ={}))
+    sh = next(d for d in prep.detectors if isinstance(d, SimhashDetector))
+    mh = MinhashDetector()
+    ng = NgramDetector(prep.tokenizer)
+    hasher = MinHasher(128)
+    ds = devset()
+    rows, out = [], {}
+    for kind in ("news", "sms"):
+        docs = [prep.document(e) for e in read_jsonl(ds / f"{kind}.jsonl", a.docs)]
+        feats = []
+        for d in docs:
+            tf = Counter(prep.tokenizer.words(d.text))
+            words = list(tf)
+            feats.append((words, np.array([tf[w] * prep.idf.get(w) for w in words])))
+        pairs = [list(zip(w, wt.tolist())) for w, wt in feats]
+        shingles = [mh.shingles(d) for d in docs]
+        sbytes = [[s.encode() for s in sh_] for sh_ in shingles]
+        n = len(docs)
+
+        t_ours_sh = median_time(lambda: [simhash(w, wt) for w, wt in feats], a.repeat) / n
+        t_peer_sh = median_time(lambda: [Simhash(p) for p in pairs], a.repeat) / n
+
+        def peer_mh():
+            for sb in sbytes:
+                m = MinHash(num_perm=128)
+                m.update_batch(sb)
+
+        def peer_mh_loop():
+            for sb in sbytes:
+                m = MinHash(num_perm=128)
+                for b in sb:
+                    m.update(b)
+
+        t_ours_mh = median_time(lambda: [hasher.signature(s) for s in shingles], a.repeat) / n
+        t_peer_mh = median_time(peer_mh, a.repeat) / n
+        t_peer_mh_loop = median_time(peer_mh_loop, max(1, a.repeat // 2)) / n
+        t_ng = median_time(lambda: [ng.sketch(d) for d in docs], a.repeat) / n
+        for d in docs:
+            d.cache.clear()
+        for name, ours, peer, peer_name in [
+            ("simhash", t_ours_sh, t_peer_sh, "simhash.Simhash"),
+            ("minhash", t_ours_mh, t_peer_mh, "datasketch update_batch"),
+            ("minhash", t_ours_mh, t_peer_mh_loop, "datasketch update loop"),
+            ("ngram keys", t_ng, None, "-"),
+        ]:
+            rows.append([kind, name, round(ours * 1e6, 1), peer_name, round(peer * 1e6, 1) if peer else "-",
+                         round(peer / ours, 2) if peer else "-"])
+            out.setdefault(kind, []).append({"fingerprint": name, "ours_us": ours * 1e6, "peer": peer_name,
+                                             "peer_us": peer * 1e6 if peer else None,
+                                             "ratio_peer_over_ours": peer / ours if peer else None})
+    text = table(["corpus", "fingerprint", "ours µs/doc", "peer", "peer µs/doc", "peer/ours"], rows)
+    save("fingerprint", {"results": out, "docs": a.docs, "repeat": a.repeat}, text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Index scaling: per-document cost and RSS / disk at 10k, 100k and 1M indexed documents.
+
+    python bench/index_scale.py [--sizes 10000 100000 1000000] [--sample 2000]
+
+Synthetic SimHash fingerprints (random 64-bit values; every 10th a near copy of an earlier one)
+go through the same code as the workers: BucketIndex.probe then insert over RocksDB, 4x16 bands,
+window wider than the run. At each size, --sample more documents are timed (probe + insert) and
+the process RSS and the RocksDB folder size are read. A PNG plot of µs/doc against index size is
+written next to the table when matplotlib is installed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import RESULTS, save, table  # noqa: E402
+
+from stream_dedup.core.detectors.base import Match  # noqa: E402
+from stream_dedup.core.index import BucketIndex  # noqa: E402
+from stream_dedup.core.simhash import BandScheme, hamming  # noqa: E402
+from stream_dedup.core.store import KVStore  # noqa: E402
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def du_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+
+
+def verify(a: bytes, b: bytes):
+    d = hamming(int.from_bytes(a, "big"), int.from_bytes(b, "big"))
+    return Match(1 - d / 64, d) if d <= 3 else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--sample", type=int, default=2000)
+    a = ap.parse_args()
+    rng = random.Random(5)
+    scheme = BandScheme.make(3, "4x16")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-index-"))
+    kv = KVStore(tmp / "index")
+    idx = BucketIndex(kv, window=10**15)
+    fps: list[int] = []
+    n = 0
+
+    def one() -> None:
+        nonlocal n
+        if fps and n % 10 == 0:
+            fp = rng.choice(fps)
+            for bit in rng.sample(range(64), 2):
+                fp ^= 1 << bit
+        else:
+            fp = rng.getrandbits(64)
+        if len(fps) < 100_000:
+            fps.append(fp)
+        payload = fp.to_bytes(8, "big")
+        keys = scheme.keys(fp)
+        idx.probe(1, f"d{n}", n, payload, keys, verify)
+        idx.insert(1, f"d{n}", n, payload, keys)
+        n += 1
+
+    rows, out = [], []
+    try:
+        for size in sorted(a.sizes):
+            while n < size:
+                one()
+            t0 = time.perf_counter()
+            for _ in range(a.sample):
+                one()
+            us = (time.perf_counter() - t0) / a.sample * 1e6
+            r = {"indexed": size, "us_per_doc": round(us, 1), "rss_mb": round(rss_mb(), 1), "disk_mb": round(du_mb(tmp), 1)}
+            out.append(r)
+            rows.append([size, r["us_per_doc"], r["rss_mb"], r["disk_mb"]])
+            print(rows[-1], flush=True)
+    finally:
+        kv.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    ratio = out[-1]["us_per_doc"] / out[0]["us_per_doc"]
+    text = table(["indexed docs", "µs/doc (probe+insert)", "RSS MB", "RocksDB MB"], rows)
+    text += f"\n\ncost at {out[-1]['indexed']:,} / cost at {out[0]['indexed']:,}: {ratio:.2f}x"
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        ax.plot([r["indexed"] for r in out], [r["us_per_doc"] for r in out], marker="o")
+        ax.set_xscale("log")
+        ax.set_xlabel("indexed documents")
+        ax.set_ylabel("µs per document")
+        ax.set_title("bucket index: probe + insert")
+        fig.tight_layout()
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        fig.savefig(RESULTS / "index_scale.png", dpi=120)
+    except ImportError:
+        pass
+    save("index_scale", {"results": out, "cost_ratio_last_first": ratio}, text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Kafka end to end on a real broker: sustained events/s and verdict latency, 1 and 2 workers.
+
+    python bench/kafka_e2e.py [--events 3000] [--workers 1 2] [--kinds sms news] [--rate R]
+
+Starts the local broker (unless KAFKA_BOOTSTRAP is set), creates private topics per run, starts the
+workers, waits until they answer a warm-up event, then produces the events (their ts = send time)
+and reads verdicts. Throughput = events / (last verdict - first send); latency = verdict arrival -
+send time. The same events also go through the embedded engine (`scan`'s Engine) for the ratio.
+With --rate, events are sent at that rate (use half the measured maximum for the latency target).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, devset, need_shared, read_jsonl, save, table  # noqa: E402
+
+from stream_dedup.config import load_settings  # noqa: E402
+from stream_dedup.core.engine import Engine  # noqa: E402
+from stream_dedup.kafka_io import consumer, producer  # noqa: E402
+from stream_dedup.topics import apply  # noqa: E402
+
+
+def settings_for(prefix: str, partitions: int):
+    s = load_settings()
+    t = s.topics
+    t.pages, t.dlq, t.verdicts = f"{prefix}.pages", f"{prefix}.dlq", f"{prefix}.verdicts"
+    t.unique, t.duplicate, t.internal_prefix, t.partitions = f"{prefix}.unique", f"{prefix}.duplicate", prefix, partitions
+    s.worker.app_id = prefix
+    return s
+
+
+def env_for(s, state: str) -> dict:
+    t = s.topics
+    return dict(os.environ, KAFKA_BOOTSTRAP=s.kafka.bootstrap, STREAM_DEDUP_TOPICS__PAGES=t.pages,
+                STREAM_DEDUP_TOPICS__DLQ=t.dlq, STREAM_DEDUP_TOPICS__VERDICTS=t.verdicts,
+                STREAM_DEDUP_TOPICS__UNIQUE=t.unique, STREAM_DEDUP_TOPICS__DUPLICATE=t.duplicate,
+                STREAM_DEDUP_TOPICS__INTERNAL_PREFIX=t.internal_prefix, STREAM_DEDUP_TOPICS__PARTITIONS=str(t.partitions),
+                STREAM_DEDUP_WORKER__APP_ID=s.worker.app_id, STREAM_DEDUP_WORKER__WEB_PORT="0",
+                STREAM_DEDUP_WORKER__STATE_DIR=state, STREAM_DEDUP_LOG_LEVEL="WARNING")
+
+
+def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path) -> dict:
+    prefix = f"bench{uuid.uuid4().hex[:8]}"
+    s = settings_for(prefix, partitions=6)
+    apply(s)
+    procs = [subprocess.Popen([sys.executable, "-m", "stream_dedup.cli", "worker"], env=env_for(s, str(tmp / f"{prefix}-{i}")),
+                              stdout=open(tmp / f"{prefix}-{i}.log", "wb"), stderr=subprocess.STDOUT, cwd=REPO)
+             for i in range(workers)]
+    c = consumer(s, f"{prefix}-reader")
+    c.subscribe([s.topics.verdicts])
+    p = producer(s, **{"linger.ms": 5})
+    try:
+        # warm-up: wait until the workers answer
+        p.produce(s.topics.pages, key=b"warm", value=json.dumps({"id": "warm", "text": "热身", "ts": 1}).encode())
+        p.flush(30)
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                break
+        else:
+            raise RuntimeError("workers did not answer the warm-up event")
+        time.sleep(3)  # let a late-joining worker finish its rebalance
+        sent_at: dict[str, float] = {}
+        t0 = time.time()
+        for i, e in enumerate(events):
+            now = time.time()
+            ev = {"id": e["id"], "text": e["text"], "ts": int(now * 1000)}
+            sent_at[e["id"]] = now
+            while True:
+                try:
+                    p.produce(s.topics.pages, key=e["id"].encode(), value=json.dumps(ev, ensure_ascii=False).encode())
+                    break
+                except BufferError:
+                    p.poll(0.01)
+            p.poll(0)
+            if rate:
+                ahead = (i + 1) / rate - (time.time() - t0)
+                if ahead > 0:
+                    time.sleep(ahead)
+        p.flush(60)
+        lat: dict[str, float] = {}
+        last = t0
+        deadline = time.time() + 900
+        while len(lat) < len(events) and time.time() < deadline:
+            m = c.poll(0.2)
+            if m is None or m.error():
+                continue
+            v = json.loads(m.value())
+            if v["id"] in sent_at and v["id"] not in lat:
+                last = time.time()
+                lat[v["id"]] = last - sent_at[v["id"]]
+        vals = sorted(lat.values())
+        return {"events": len(events), "answered": len(lat), "seconds": round(last - t0, 2),
+                "events_per_s": round(len(lat) / (last - t0), 1),
+                "latency_median_ms": round(1000 * statistics.median(vals), 1),
+                "latency_p99_ms": round(1000 * vals[int(0.99 * (len(vals) - 1))], 1)}
+    finally:
+        c.close()
+        for pr in procs:
+            pr.send_signal(signal.SIGTERM)
+        for pr in procs:
+            try:
+                pr.wait(60)
+            except subprocess.TimeoutExpired:
+                pr.kill()
+
+
+def embedded(events: list[dict]) -> float:
+    t0 = time.perf_counter()
+    with Engine(load_settings()) as e:
+        for i, ev in enumerate(events):
+            e.process({"id": ev["id"], "text": ev["text"], "ts": i})
+    return len(events) / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=3000)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--kinds", nargs="+", default=["sms", "news"])
+    ap.add_argument("--rate", type=float, default=None)
+    a = ap.parse_args()
+    need_shared()
+    started = False
+    if not os.environ.get("KAFKA_BOOTSTRAP"):
+        env = dict(os.environ, KAFKA_PORT="19192")
+        subprocess.run([str(REPO / "deploy/kafka/kafka.sh"), "start", "--fresh"], check=True, env=env)
+        os.environ["KAFKA_BOOTSTRAP"] = "127.0.0.1:19192"
+        started = True
+    tmp = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
+    rows, results = [], []
+    try:
+        ds = devset()
+        for kind in a.kinds:
+            events = read_jsonl(ds / f"{kind}.jsonl", a.events)
+            scan_rate = embedded(events)
+            for w in a.workers:
+                r = run_one(events, w, a.rate, tmp)
+                r.update(kind=kind, workers=w, scan_events_per_s=round(scan_rate, 1),
+                         ratio_to_scan=round(r["events_per_s"] / scan_rate, 3), rate=a.rate)
+                results.append(r)
+                rows.append([kind, w, r["events"], r["answered"], r["events_per_s"], r["latency_median_ms"],
+                             r["latency_p99_ms"], round(scan_rate, 1), r["ratio_to_scan"]])
+                print(rows[-1], flush=True)
+    finally:
+        if started:
+            subprocess.run([str(REPO / "deploy/kafka/kafka.sh"), "stop"], env=dict(os.environ, KAFKA_PORT="19192"))
+        shutil.rmtree(tmp, ignore_errors=True)
+    text = table(["kind", "workers", "events", "answered", "events/s", "latency p50 ms", "latency p99 ms",
+                  "scan events/s", "kafka/scan"], rows)
+    save("kafka_e2e" + (f"_rate{int(a.rate)}" if a.rate else ""), {"runs": results, "args": vars(a)}, text)
+
+
+if __name__ == "__main__":
+    main()
