@@ -48,7 +48,7 @@ def env_for(s, state: str) -> dict:
                 STREAM_DEDUP_TOPICS__UNIQUE=t.unique, STREAM_DEDUP_TOPICS__DUPLICATE=t.duplicate,
                 STREAM_DEDUP_TOPICS__INTERNAL_PREFIX=t.internal_prefix, STREAM_DEDUP_TOPICS__PARTITIONS=str(t.partitions),
                 STREAM_DEDUP_WORKER__APP_ID=s.worker.app_id, STREAM_DEDUP_WORKER__WEB_PORT="0",
-                STREAM_DEDUP_WORKER__STATE_DIR=state, STREAM_DEDUP_LOG_LEVEL="WARNING")
+                STREAM_DEDUP_WORKER__STATE_DIR=state, STREAM_DEDUP_WORKER__LOG_LEVEL="WARNING")
 
 
 def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path) -> dict:
@@ -71,7 +71,8 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path) -> 
             if m is not None and not m.error():
                 break
         else:
-            raise RuntimeError("workers did not answer the warm-up event")
+            logs = "".join((tmp / f"{prefix}-{i}.log").read_text(errors="replace")[-3000:] for i in range(workers))
+            raise RuntimeError(f"workers did not answer the warm-up event:\n{logs}")
         time.sleep(3)  # let a late-joining worker finish its rebalance
         sent_at: dict[str, float] = {}
         t0 = time.time()

@@ -123,6 +123,7 @@ class WorkerSettings(_Section):
     web_host: str = Field("127.0.0.1", description="status/metrics HTTP bind address (loopback unless set)")
     web_port: int = Field(6066, ge=0, le=65535)
     processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
 class Settings(_Section):

@@ -1,10 +1,11 @@
 """MinHash signatures (Broder) with numpy, and LSH band keys.
 
-A signature is, for each of ``num_perm`` random permutations h_i(x) = (a_i x + b_i) mod p of the
-shingle hashes, the minimum: the share of equal positions in two signatures estimates the
-Jaccard similarity of the shingle sets. Permutation parameters come from a seeded generator,
-so every process (and every worker) computes the same signatures. The whole signature is one
-(n_shingles x num_perm) numpy expression; the ``datasketch`` library uses the same scheme.
+A signature is, for each of ``num_perm`` random hash functions h_i(x) = (a_i x + b_i) >> 32
+(multiply-shift over 64-bit words: universal hashing without a modulo, which numpy does slowly on
+uint64) of the 32-bit shingle hashes, the minimum: the share of equal positions in two signatures
+estimates the Jaccard similarity of the shingle sets. Parameters come from a seeded generator, so
+every process (and every worker) computes the same signatures. The whole signature is one
+(n_shingles x num_perm) numpy expression; ``datasketch`` uses (a x + b) mod p the same way.
 
 LSH: the signature is cut into ``bands`` bands of ``rows`` values; two documents share a band key
 with probability 1 - (1 - J^rows)^bands, which the detector verifies by the estimated Jaccard.
@@ -13,28 +14,33 @@ from __future__ import annotations
 
 import numpy as np
 
-from .hashing import hash32_array
+from .hashing import hash32_array, shingle_hashes
 
-_MERSENNE = np.uint64((1 << 61) - 1)
-_MAX32 = np.uint64(0xFFFFFFFF)
+_SHIFT = np.uint64(32)
 
 
 class MinHasher:
     def __init__(self, num_perm: int = 128, seed: int = 1):
         gen = np.random.RandomState(seed)
         self.num_perm = num_perm
-        self.a = gen.randint(1, 1 << 32, size=num_perm, dtype=np.uint64)
-        self.b = gen.randint(0, 1 << 32, size=num_perm, dtype=np.uint64)
+        self.a = gen.randint(1, 1 << 63, size=num_perm, dtype=np.uint64) | np.uint64(1)
+        self.b = gen.randint(0, 1 << 63, size=num_perm, dtype=np.uint64)
 
     def signature_of_hashes(self, hashes: np.ndarray) -> np.ndarray:
+        """Signature of a set of 32-bit hashes (duplicates are harmless)."""
         if hashes.size == 0:
             return np.full(self.num_perm, 0xFFFFFFFF, dtype=np.uint32)
         h = hashes.astype(np.uint64)[:, None]
-        perm = ((h * self.a + self.b) % _MERSENNE) & _MAX32
+        with np.errstate(over="ignore"):
+            perm = (h * self.a + self.b) >> _SHIFT
         return perm.min(axis=0).astype(np.uint32)
 
     def signature(self, shingles: list[str]) -> np.ndarray:
-        return self.signature_of_hashes(np.unique(hash32_array(shingles)))
+        return self.signature_of_hashes(hash32_array(shingles))
+
+    def signature_of_text(self, text: str, n: int) -> np.ndarray:
+        """Signature of the text's n-character shingles, hashed without a Python call per shingle."""
+        return self.signature_of_hashes(np.unique(shingle_hashes(text, n) >> _SHIFT))
 
 
 def jaccard_estimate(a: np.ndarray, b: np.ndarray) -> float:

@@ -220,8 +220,8 @@ def build_app(settings: Settings) -> faust.App:
 
 
 def run_worker(settings: Settings, concurrency: int = 1) -> None:
-    logging.basicConfig(level=os.environ.get("STREAM_DEDUP_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = settings.worker.log_level
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = build_app(settings)
-    faust.Worker(app, loglevel=os.environ.get("STREAM_DEDUP_LOG_LEVEL", "info").lower(), quiet=True
-                 ).execute_from_commandline()
+    faust_level = {"WARNING": "warn", "CRITICAL": "crit"}.get(level, level.lower())
+    faust.Worker(app, loglevel=faust_level, quiet=True).execute_from_commandline()

@@ -40,7 +40,7 @@ class MinhashDetector(Detector):
         return [t[i:i + n] for i in range(max(1, len(t) - n + 1))]
 
     def signature(self, doc: "Doc") -> np.ndarray:
-        return self.hasher.signature(self.shingles(doc))
+        return self.hasher.signature_of_text(doc.text, self.shingle)
 
     def sketch(self, doc: "Doc") -> Sketch | None:
         if len(doc.text) < self.shingle:

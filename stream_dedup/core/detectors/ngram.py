@@ -24,6 +24,7 @@ import mmh3
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
+from ..hashing import shingle_hashes
 from ..text import skeleton
 from .base import Detector, Match, Sketch
 
@@ -34,21 +35,15 @@ if TYPE_CHECKING:
 _KEY_MASK = (1 << 62) - 1
 
 
-def winnow(grams: list[str], w: int) -> list[int]:
-    """Hashes of the grams that winnowing selects (rightmost minimum per window), in order."""
-    hashes = [mmh3.hash64(g, 0x5EED, signed=False)[0] & _KEY_MASK for g in grams]
-    if len(hashes) <= w:
-        return [min(hashes)] if hashes else []
-    out: list[int] = []
-    last = -1
-    for start in range(len(hashes) - w + 1):
-        window = hashes[start:start + w]
-        m = min(window)
-        pos = start + (w - 1 - window[::-1].index(m))
-        if pos != last:
-            out.append(m)
-            last = pos
-    return out
+def winnow(hashes: np.ndarray, w: int) -> list[int]:
+    """The hashes that winnowing selects (the minimum of every window of w), in order, deduplicated."""
+    if hashes.size == 0:
+        return []
+    if hashes.size <= w:
+        return [int(hashes.min())]
+    windows = np.lib.stride_tricks.sliding_window_view(hashes, w)
+    pos = windows.argmin(axis=1) + np.arange(windows.shape[0])
+    return [int(x) for x in hashes[np.unique(pos)]]
 
 
 class NgramDetector(Detector):
@@ -77,10 +72,7 @@ class NgramDetector(Detector):
         sk = self.skeleton(doc)
         if not sk:
             return None
-        if len(sk) <= self.m:
-            keys = [mmh3.hash64(sk, 0x5EED, signed=False)[0] & _KEY_MASK]
-        else:
-            keys = winnow([sk[i:i + self.m] for i in range(len(sk) - self.m + 1)], self.w)
+        keys = winnow(shingle_hashes(sk, self.m) & np.uint64(_KEY_MASK), self.w)
         words = {w for w in self.tokenizer.words(sk)} or {sk}
         hashes = np.unique(np.fromiter((mmh3.hash(x, signed=False) for x in words), dtype=np.uint32))
         payload = struct.pack(">H", len(hashes)) + hashes.astype(">u4").tobytes() + sk.encode("utf-8")
