@@ -224,4 +224,8 @@ def run_worker(settings: Settings, concurrency: int = 1) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = build_app(settings)
     faust_level = {"WARNING": "warn", "CRITICAL": "crit"}.get(level, level.lower())
-    faust.Worker(app, loglevel=faust_level, quiet=True).execute_from_commandline()
+    worker = faust.Worker(app, loglevel=faust_level, quiet=True)
+    # Faust's terminal spinner sets the root logger to DEBUG (at WARN and above) so that every debug
+    # record turns it: that formats a record per message sent. Workers log to files; no spinner.
+    worker.spinner = None
+    worker.execute_from_commandline()
