@@ -49,7 +49,8 @@ def load_specs(settings: Settings) -> list[TopicSpec]:
     for entry in data.get("topic", []):
         parts = entry.get("partitions", "default")
         parts = settings.topics.partitions if parts == "default" else int(parts)
-        config = {k: str(v) for k, v in entry.get("config", {}).items()}
+        config = {k: str(v).format(state_retention_ms=2 * settings.engine.window_ms)
+                  for k, v in entry.get("config", {}).items()}
         config.setdefault("min.insync.replicas", str(settings.kafka.min_insync_replicas))
         specs.append(TopicSpec(entry["name"].format(**names), parts, config, entry.get("role", "")))
     return specs

@@ -6,7 +6,6 @@ Kafka workers are tested against: both call the functions in ``stages``.
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -19,17 +18,6 @@ from .verdict import Verdict
 
 if TYPE_CHECKING:
     from ..config import Settings
-
-
-@dataclass
-class Counts:
-    docs: int = 0
-    rejected: int = 0
-    unique: int = 0
-    exact: int = 0
-    near: int = 0
-    revisions: int = 0
-    by_detector: dict[str, int] = field(default_factory=dict)
 
 
 class Engine:

@@ -110,9 +110,14 @@ def build_app(settings: Settings) -> faust.App:
     worker_id = f"{socket.gethostname()}:{os.getpid()}"
     started = time.time()
 
+    # State ages out after two windows of wall-clock time without a rewrite: RocksDB TTL locally (a
+    # bucket is rewritten whenever a document touches it), and retention on the changelog (topics.toml).
+    ttl_s = max(3600, 2 * settings.engine.window_ms // 1000)
+
     def table(name: str):
         return app.Table(name, key_type=bytes, value_type=bytes,  # bytes types: raw serializers
-                         partitions=n, changelog_topic=topic(f"{t.internal_prefix}.{name}-changelog", compacted=True))
+                         partitions=n, options={"ttl": ttl_s},
+                         changelog_topic=topic(f"{t.internal_prefix}.{name}-changelog", compacted=True))
 
     exact_t, index_t, decide_t = table("exact"), table("index"), table("decide")
 

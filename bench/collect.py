@@ -1,0 +1,42 @@
+"""Collect the latest bench/results/*.md tables into bench/RESULTS.md (date, commit and machine included).
+
+    python bench/collect.py
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ORDER = ["quality", "fingerprint", "scan_vs_jieba", "index_scale", "kafka_e2e"]
+TITLES = {"quality": "Quality and speed vs peers (development benchmark)", "fingerprint": "Fingerprint math vs peers",
+          "scan_vs_jieba": "scan vs raw jieba segmentation", "index_scale": "Index scaling",
+          "kafka_e2e": "Kafka end to end (real local broker)"}
+COMMANDS = {"quality": "python bench/quality.py", "fingerprint": "python bench/fingerprint.py",
+            "scan_vs_jieba": "python bench/scan_vs_jieba.py", "index_scale": "python bench/index_scale.py",
+            "kafka_e2e": "python bench/kafka_e2e.py"}
+
+
+def main() -> None:
+    parts = ["# Benchmark results\n", "Latest run of each script on the project's 2-core development machine "
+             "(noisy: medians and ratios measured in one run matter, not absolute numbers).\n"]
+    names = sorted({p.stem for p in RESULTS.glob("*.json")}, key=lambda n: (ORDER.index(n.split("_rate")[0])
+                                                                          if n.split("_rate")[0] in ORDER else 99, n))
+    for name in names:
+        data = json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
+        m = data.get("machine", {})
+        base = name.split("_rate")[0]
+        table = (RESULTS / f"{name}.md").read_text(encoding="utf-8").rsplit("\n\n{", 1)[0]
+        parts.append(f"## {TITLES.get(base, name)}{' (' + name + ')' if name != base else ''}\n")
+        parts.append(f"`{COMMANDS.get(base, name)}`: {m.get('date')}, commit {m.get('commit')}, {m.get('cpus')} CPUs, "
+                     f"Python {m.get('python')}\n")
+        parts.append(table.strip() + "\n")
+        if (RESULTS / f"{name}.png").exists():
+            parts.append(f"![{name}](results/{name}.png)\n")
+    out = RESULTS.parent / "RESULTS.md"
+    out.write_text("\n".join(parts), encoding="utf-8")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
