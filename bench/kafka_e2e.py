@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -75,6 +76,25 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path) -> 
             raise RuntimeError(f"workers did not answer the warm-up event:\n{logs}")
         time.sleep(3)  # let a late-joining worker finish its rebalance
         sent_at: dict[str, float] = {}
+        lat: dict[str, float] = {}
+        arrivals: list[float] = []
+        done = threading.Event()
+
+        def read() -> None:  # verdicts are read while events are sent: arrival times are real
+            deadline = time.time() + 900
+            while len(lat) < len(events) and time.time() < deadline and not done.is_set():
+                m = c.poll(0.1)
+                if m is None or m.error():
+                    continue
+                now = time.time()
+                v = json.loads(m.value())
+                sent = sent_at.get(v["id"])
+                if sent is not None and v["id"] not in lat:
+                    lat[v["id"]] = now - sent
+                    arrivals.append(now)
+
+        reader = threading.Thread(target=read)
+        reader.start()
         t0 = time.time()
         for i, e in enumerate(events):
             now = time.time()
@@ -92,19 +112,19 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path) -> 
                 if ahead > 0:
                     time.sleep(ahead)
         p.flush(60)
-        lat: dict[str, float] = {}
-        last = t0
-        deadline = time.time() + 900
-        while len(lat) < len(events) and time.time() < deadline:
-            m = c.poll(0.2)
-            if m is None or m.error():
-                continue
-            v = json.loads(m.value())
-            if v["id"] in sent_at and v["id"] not in lat:
-                last = time.time()
-                lat[v["id"]] = last - sent_at[v["id"]]
+        reader.join()
+        done.set()
+        last = max(arrivals) if arrivals else time.time()
         vals = sorted(lat.values())
+        per_event = {}
+        from confluent_kafka import TopicPartition
+
+        for name in ("fingerprints", "probes", "answers", "exact-changelog", "index-changelog", "decide-changelog"):
+            topic = f"{prefix}.{name}"
+            total = sum(c.get_watermark_offsets(TopicPartition(topic, part), timeout=10)[1] for part in range(6))
+            per_event[name] = round(total / len(events), 2)
         return {"events": len(events), "answered": len(lat), "seconds": round(last - t0, 2),
+                "messages_per_event": per_event,
                 "events_per_s": round(len(lat) / (last - t0), 1),
                 "latency_median_ms": round(1000 * statistics.median(vals), 1),
                 "latency_p99_ms": round(1000 * vals[int(0.99 * (len(vals) - 1))], 1)}
@@ -153,15 +173,18 @@ def main() -> None:
                 r.update(kind=kind, workers=w, scan_events_per_s=round(scan_rate, 1),
                          ratio_to_scan=round(r["events_per_s"] / scan_rate, 3), rate=a.rate)
                 results.append(r)
+                mpe = r["messages_per_event"]
                 rows.append([kind, w, r["events"], r["answered"], r["events_per_s"], r["latency_median_ms"],
-                             r["latency_p99_ms"], round(scan_rate, 1), r["ratio_to_scan"]])
+                             r["latency_p99_ms"], round(scan_rate, 1), r["ratio_to_scan"],
+                             round(mpe["fingerprints"] + mpe["probes"] + mpe["answers"], 1),
+                             round(mpe["exact-changelog"] + mpe["index-changelog"] + mpe["decide-changelog"], 1)])
                 print(rows[-1], flush=True)
     finally:
         if started:
             subprocess.run([str(REPO / "deploy/kafka/kafka.sh"), "stop"], env=dict(os.environ, KAFKA_PORT="19192"))
         shutil.rmtree(tmp, ignore_errors=True)
     text = table(["kind", "workers", "events", "answered", "events/s", "latency p50 ms", "latency p99 ms",
-                  "scan events/s", "kafka/scan"], rows)
+                  "scan events/s", "kafka/scan", "internal msgs/event", "changelog msgs/event"], rows)
     save("kafka_e2e" + (f"_rate{int(a.rate)}" if a.rate else ""), {"runs": results, "args": vars(a)}, text)
 
 
