@@ -29,7 +29,7 @@ from common import REPO, devset, need_shared, read_jsonl, save, table  # noqa: E
 
 from stream_dedup.config import load_settings  # noqa: E402
 from stream_dedup.core.engine import Engine  # noqa: E402
-from stream_dedup.kafka_io import consumer, producer  # noqa: E402
+from stream_dedup.kafka_io import consumer, producer, send  # noqa: E402
 from stream_dedup.topics import apply  # noqa: E402
 
 
@@ -100,13 +100,7 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path) -> 
             now = time.time()
             ev = {"id": e["id"], "text": e["text"], "ts": int(now * 1000)}
             sent_at[e["id"]] = now
-            while True:
-                try:
-                    p.produce(s.topics.pages, key=e["id"].encode(), value=json.dumps(ev, ensure_ascii=False).encode())
-                    break
-                except BufferError:
-                    p.poll(0.01)
-            p.poll(0)
+            send(p, s.topics.pages, json.dumps(ev, ensure_ascii=False).encode(), e["id"].encode())
             if rate:
                 ahead = (i + 1) / rate - (time.time() - t0)
                 if ahead > 0:

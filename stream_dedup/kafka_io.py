@@ -34,3 +34,14 @@ def consumer(settings: Settings, group: str, **extra: Any):
     defaults = {"group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False}
     defaults.update(extra)
     return Consumer(client_config(settings, **defaults))
+
+
+def send(p, topic: str, value: bytes, key: bytes | None = None, **kw: Any) -> None:
+    """Produce one message, waiting for room when librdkafka's local queue is full."""
+    while True:
+        try:
+            p.produce(topic, value=value, key=key, **kw)
+            break
+        except BufferError:
+            p.poll(0.05)
+    p.poll(0)

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Callable, Iterator
 
 from .config import Settings
-from .kafka_io import consumer, producer
+from .kafka_io import consumer, producer, send
 
 
 def _lines(path: str) -> Iterator[bytes]:
@@ -53,15 +53,9 @@ def produce_jsonl(settings: Settings, path: str, *, topic: str | None = None, li
     for line in _lines(path):
         if limit is not None and sent >= limit:
             break
-        while True:
-            try:
-                p.produce(topic, value=line, key=_key(line), on_delivery=on_delivery)
-                break
-            except BufferError:
-                p.poll(0.05)
+        send(p, topic, line, _key(line), on_delivery=on_delivery)
         sent += 1
         bar.update(1)
-        p.poll(0)
         if rate:
             ahead = sent / rate - (time.monotonic() - t0)
             if ahead > 0:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from stream_dedup.config import Settings
-from stream_dedup.kafka_io import consumer, producer
+from stream_dedup.kafka_io import consumer, producer, send
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,13 +86,7 @@ def produce_events(settings: Settings, events: list, extra_raw: list[bytes] = ()
     for i, e in enumerate(events):
         raw = e if isinstance(e, bytes) else json.dumps(e, ensure_ascii=False).encode()
         key = None if isinstance(e, bytes) else str(e["id"]).encode()
-        while True:
-            try:
-                p.produce(settings.topics.pages, key=key, value=raw)
-                break
-            except BufferError:
-                p.poll(0.05)
-        p.poll(0)
+        send(p, settings.topics.pages, raw, key)
         if rate:
             ahead = (i + 1) / rate - (time.monotonic() - t0)
             if ahead > 0:
