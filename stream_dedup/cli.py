@@ -110,12 +110,11 @@ def idf_build(c: Ctx, corpus: str, out: str, field: str, limit: int | None) -> N
 # ----------------------------------------------------------------------------- Kafka
 @main.command()
 @pass_ctx
-@click.option("--workers", type=int, default=1, help="agent concurrency inside this process")
-def worker(c: Ctx, workers: int) -> None:
+def worker(c: Ctx) -> None:
     """Run a Kafka stream worker. Start N of them (on N machines) to scale out."""
     from .stream.app import run_worker
 
-    run_worker(c.settings, concurrency=workers)
+    run_worker(c.settings)
 
 
 @main.group()

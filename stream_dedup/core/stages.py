@@ -244,6 +244,7 @@ class JsonStates(MutableMapping):
 @dataclass
 class DecideStage:
     states: MutableMapping[str, DocState] = field(default_factory=dict)
+    last: DocState | None = None  # the state ``apply`` just wrote (saves the driver a second read)
 
     def apply(self, msg: ToDecide) -> Verdict | None:
         st = self.states.get(msg.id)
@@ -264,6 +265,7 @@ class DecideStage:
             raise ValueError(f"unknown decide message {msg.kind!r}")
         v = st.step()
         self.states[msg.id] = st
+        self.last = st
         return v
 
 

@@ -190,7 +190,7 @@ def build_app(settings: Settings) -> faust.App:
             m = ToDecide.from_bytes(event.value)
             counts[f"decide.{m.kind}"] += 1
             v = decide.apply(m)
-            st = decide.states.get(m.id)
+            st = decide.last
             if st is not None and not st.complete:
                 pending.setdefault(m.id, time.monotonic())
             else:
@@ -224,7 +224,7 @@ def build_app(settings: Settings) -> faust.App:
     return app
 
 
-def run_worker(settings: Settings, concurrency: int = 1) -> None:
+def run_worker(settings: Settings) -> None:
     level = settings.worker.log_level
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = build_app(settings)
