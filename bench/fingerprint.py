@@ -25,7 +25,6 @@ from common import devset, median_time, need_shared, read_jsonl, save, table  # 
 from stream_dedup.config import load_settings  # noqa: E402
 from stream_dedup.core.detectors.minhash import MinhashDetector  # noqa: E402
 from stream_dedup.core.detectors.ngram import NgramDetector  # noqa: E402
-from stream_dedup.core.detectors.simhash import SimhashDetector  # noqa: E402
 from stream_dedup.core.simhash import simhash  # noqa: E402
 from stream_dedup.core.stages import Preparer  # noqa: E402
 
@@ -40,7 +39,6 @@ def main() -> None:
     from simhash import Simhash
 
     prep = Preparer(load_settings(environ={}))
-    sh = next(d for d in prep.detectors if isinstance(d, SimhashDetector))
     mh = MinhashDetector()
     ng = NgramDetector(prep.tokenizer)
     hasher = mh.hasher

@@ -11,7 +11,6 @@ written next to the table when matplotlib is installed.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import resource
 import shutil

@@ -15,7 +15,6 @@ questions) the table also gives the share of reworded pairs flagged (bigram Jacc
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time

@@ -12,11 +12,9 @@ import argparse
 import cProfile
 import io
 import pstats
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

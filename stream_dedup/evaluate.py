@@ -9,7 +9,7 @@ Precision is split by the verdict's ``match`` (exact / near) and by ``detector``
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 

@@ -89,9 +89,7 @@ class Engine:
         st = self.decide.states.get(ident)
         if st is None or st.emitted is None:
             return None
-        v = st.verdict()
-        v.revision = st.revision
-        return v
+        return st.verdict()
 
     def verdicts(self) -> Iterable[Verdict]:
         for ident in self.digests:

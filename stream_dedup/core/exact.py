@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, MutableMapping
 
 from .bloom import DecayingBloom
-from .index import pack_entries, unpack_entries
+from .index import merge_entry, prune_value, unpack_entries
 
 
 @dataclass
@@ -77,10 +77,7 @@ class ExactStore:
                 break
             out.revise.append((cts, cid))
         self.bloom.add(digest, ts)
-        cutoff = self.watermark - self.window
-        kept = [e for e in entries if e[0] >= cutoff and e[1] != ident] + [(ts, ident, b"")]
-        kept.sort(key=lambda e: (e[0], e[1]))
-        new = pack_entries(kept[: self.max_members])
+        new = merge_entry(raw, (ts, ident, b""), self.watermark - self.window, self.max_members)
         if new != raw:
             self.data[key] = new
         return out
@@ -89,11 +86,5 @@ class ExactStore:
         """Drop every entry older than before_ts (walks the whole mapping: scan and tests)."""
         dropped = 0
         for k, v in list(self.data.items()):
-            entries = unpack_entries(v)
-            keep = [e for e in entries if e[0] >= before_ts]
-            dropped += len(entries) - len(keep)
-            if not keep:
-                del self.data[k]
-            elif len(keep) != len(entries):
-                self.data[k] = pack_entries(keep)
+            dropped += prune_value(self.data, k, v, before_ts)[1]
         return dropped

@@ -28,10 +28,6 @@ def hash64_array(features: list[str]) -> np.ndarray:
     return np.fromiter((hash64(f) for f in features), dtype=np.uint64, count=len(features))
 
 
-def hash32_array(features: list[str], seed: int = 0) -> np.ndarray:
-    return np.fromiter((mmh3.hash(f, seed, signed=False) for f in features), dtype=np.uint32, count=len(features))
-
-
 def digest128(text: str) -> bytes:
     """The exact-duplicate digest: mmh3 x64 128-bit of the normalized UTF-8 text."""
     return mmh3.hash_bytes(text.encode("utf-8", "surrogatepass"))

@@ -81,8 +81,7 @@ def build_idf_from_jsonl(path: str, *, field: str = "text", limit: int | None = 
     from .text import normalize
     from .tokenize import WordTokenizer
 
-    tok = WordTokenizer(str(settings.user_dict) if settings and settings.user_dict else None,
-                        str(settings.stopwords) if settings and settings.stopwords else None)
+    tok = WordTokenizer.from_settings(settings)
     t2s = settings.traditional_to_simplified if settings else True
 
     def gen():

@@ -58,6 +58,29 @@ def unpack_entries(data: bytes) -> list[Entry]:
     return out
 
 
+def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int) -> bytes:
+    """A packed list with ``entry`` in (ts, id) order, replacing its id's old entry, without entries
+    older than ``cutoff``, and at most ``cap`` entries (the earliest)."""
+    entries = [e for e in unpack_entries(raw) if e[0] >= cutoff and e[1] != entry[1]] if raw else []
+    entries.append(entry)
+    entries.sort(key=lambda e: (e[0], e[1]))
+    return pack_entries(entries[:cap])
+
+
+def prune_value(data: MutableMapping[bytes, bytes], key: bytes, value: bytes, before_ts: int
+                ) -> tuple[list[Entry], int]:
+    """Drop entries older than before_ts from one packed value (deleting it when empty).
+
+    Returns the kept entries and how many were dropped."""
+    entries = unpack_entries(value)
+    keep = [e for e in entries if e[0] >= before_ts]
+    if not keep:
+        del data[key]
+    elif len(keep) != len(entries):
+        data[key] = pack_entries(keep)
+    return keep, len(entries) - len(keep)
+
+
 @dataclass
 class Found:
     """A verified candidate: the document (ts, id) and how well it matched."""
@@ -141,12 +164,7 @@ class BucketIndex:
         for key in keys:
             bk = self.bucket_key(det, key)
             raw = self.data.get(bk)
-            entries = [e for e in unpack_entries(raw) if e[0] >= cutoff and e[1] != ident] if raw else []
-            entries.append(me)
-            entries.sort(key=lambda e: (e[0], e[1]))
-            if len(entries) > self.max_bucket:
-                entries = entries[: self.max_bucket]
-            new = pack_entries(entries)
+            new = merge_entry(raw, me, cutoff, self.max_bucket)
             if new != raw:
                 self.data[bk] = new
 
@@ -162,14 +180,9 @@ class BucketIndex:
             if k[:1] == b"P":
                 payload_keys.append(k)
                 continue
-            entries = unpack_entries(v)
-            keep = [e for e in entries if e[0] >= before_ts]
-            dropped += len(entries) - len(keep)
+            keep, n = prune_value(self.data, k, v, before_ts)
+            dropped += n
             live.update((k[1], e[1]) for e in keep)
-            if not keep:
-                del self.data[k]
-            elif len(keep) != len(entries):
-                self.data[k] = pack_entries(keep)
         for k in payload_keys:
             if (k[1], k[2:].decode("utf-8", "surrogatepass")) not in live:
                 del self.data[k]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .hashing import hash32_array, shingle_hashes
+from .hashing import shingle_hashes
 
 _SHIFT = np.uint64(32)
 
@@ -34,9 +34,6 @@ class MinHasher:
         with np.errstate(over="ignore"):
             perm = (h * self.a + self.b) >> _SHIFT
         return perm.min(axis=0).astype(np.uint32)
-
-    def signature(self, shingles: list[str]) -> np.ndarray:
-        return self.signature_of_hashes(hash32_array(shingles))
 
     def signature_of_text(self, text: str, n: int) -> np.ndarray:
         """Signature of the text's n-character shingles, hashed without a Python call per shingle."""

@@ -126,12 +126,9 @@ class Preparer:
         self.settings = settings
         self.limits = Limits(max_bytes=max(t.max_chars * 4, 1 << 20), max_chars=t.max_chars,
                              max_html_depth=t.max_html_depth)
-        self.tokenizer = WordTokenizer(str(t.user_dict) if t.user_dict else None,
-                                       str(t.stopwords) if t.stopwords else None)
+        self.tokenizer = WordTokenizer.from_settings(t)
         self.idf = load_idf(str(t.idf) if t.idf else None)
         self.detectors: list[Detector] = build_detectors(settings, self.tokenizer, self.idf)
-        self.by_code = {d.code: d for d in self.detectors}
-        self.priority = {d.code: i for i, d in enumerate(self.detectors)}
 
     def document(self, raw: bytes | str | dict, default_ts: int | None = None) -> Doc:
         event = parse_event(raw, self.limits)

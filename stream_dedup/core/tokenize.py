@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import TextSettings
 
 _WORDLIKE = re.compile(r"\w")
 _lock = threading.Lock()
@@ -45,13 +49,16 @@ class WordTokenizer:
     user_dict: str | None = None
     stopwords_path: str | None = None
 
+    @classmethod
+    def from_settings(cls, t: "TextSettings | None") -> "WordTokenizer":
+        """The tokenizer a configuration's [text] section asks for (defaults when None)."""
+        if t is None:
+            return cls()
+        return cls(str(t.user_dict) if t.user_dict else None, str(t.stopwords) if t.stopwords else None)
+
     @property
     def stopwords(self) -> frozenset[str]:
         return _stopwords_cached(self.stopwords_path)
-
-    def raw(self, text: str) -> list[str]:
-        """Every jieba token, punctuation included (the segmentation floor benchmarks compare with)."""
-        return _jieba(self.user_dict).lcut(text)
 
     def words(self, text: str) -> list[str]:
         stop = self.stopwords

@@ -1,7 +1,6 @@
 """The streaming worker on a real broker: convergence with `scan`, completeness, rebalances."""
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
