@@ -25,8 +25,10 @@ def scan_verdicts(settings: Settings, events: list[dict]) -> dict[str, tuple]:
         return {v.id: key_of(v.to_dict()) for v in e.verdicts()}
 
 
-def run_and_collect(settings: Settings, events: list[dict], timeout: float, during=None) -> tuple[dict, list]:
-    n = len(events)
+def run_and_collect(settings: Settings, events: list[dict], timeout: float, during=None,
+                    total: int | None = None) -> tuple[dict, list]:
+    """Produce the events (and BAD), then read verdicts until ``total`` ids (default: these events) have one."""
+    n = total or len(events)
     produce_events(settings, events, extra_raw=BAD)
     if during:
         during()
@@ -87,7 +89,8 @@ def test_rebalance_add_a_worker_then_stop_one(kafka_settings, tmp_path, stream_e
                  timeout=600)
         workers.start("w2")  # joins mid-stream: partitions move to it
         got, dlq = run_and_collect(kafka_settings, stream_events[half:], timeout=900,
-                                   during=lambda: (time.sleep(10), workers.stop("w0")))
+                                   during=lambda: (time.sleep(10), workers.stop("w0")),
+                                   total=len(stream_events))  # the topic holds the first half's verdicts too
         # the first half's verdicts are on the topic too
         everything = latest(read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: False,
                                      timeout=60, idle=5))
