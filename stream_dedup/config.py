@@ -76,7 +76,7 @@ class TextSettings(_Section):
     stopwords: Path | None = Field(None, description="stop-word list, one per line (default: the shipped list)")
     idf: Path | None = Field(None, description="IDF table built by `stream-dedup idf build` (default: the shipped one)")
     max_chars: int = Field(2_000_000, gt=0, description="longer texts are rejected to the DLQ")
-    max_html_depth: int = Field(512, gt=0, description="deeper HTML is rejected to the DLQ")
+    max_html_depth: int = Field(200, gt=0, le=255, description="deeper HTML is rejected to the DLQ (libxml2 itself stops nesting at 256)")
     short_chars: int = Field(200, ge=0, description="texts with fewer normalized chars are 'short' (SMS, headlines)")
 
 
@@ -106,7 +106,16 @@ class MinhashSettings(_Section):
 class ImatchSettings(_Section):
     lexicons: int = Field(5, ge=0, description="extra randomized lexicons besides the main one")
     drop: float = Field(0.1, ge=0, lt=1, description="share of the main lexicon each extra lexicon drops")
-    min_words: int = Field(10, ge=1)
+    min_words: int = Field(10, ge=1, description="distinct lexicon words a document needs for a signature")
+    low: float = Field(0.2, ge=0, lt=1, description="lexicon keeps words whose IDF lies between these quantiles")
+    high: float = Field(0.95, gt=0, le=1)
+
+
+class StructureSettings(_Section):
+    beta: float = Field(0.92, gt=0, le=1, description="a level is similar when 2c/(o+w) exceeds this")
+    beta2: float = Field(0.90, gt=0, le=1, description="pages are duplicates when this share of levels is similar")
+    keys: int = Field(6, ge=1, le=64, description="bucket keys per page: the smallest feature-string hashes")
+    min_features: int = Field(8, ge=1, description="feature strings a page needs to be judged")
 
 
 class EngineSettings(_Section):
@@ -124,6 +133,10 @@ class WorkerSettings(_Section):
     web_port: int = Field(6066, ge=0, le=65535)
     processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    standby_replicas: int = Field(0, ge=0, description="warm copies of each table partition on other workers "
+                                  "(faster fail-over, more changelog reading); like Kafka Streams, 0 by default")
+    stall_timeout_s: float = Field(120.0, ge=0, description="exit (code 75) for the supervisor to restart the worker "
+                                   "when an assigned partition has lag and no progress this long; 0 disables")
 
 
 class Settings(_Section):
@@ -135,6 +148,7 @@ class Settings(_Section):
     ngram: NgramSettings = Field(default_factory=NgramSettings)
     minhash: MinhashSettings = Field(default_factory=MinhashSettings)
     imatch: ImatchSettings = Field(default_factory=ImatchSettings)
+    structure: StructureSettings = Field(default_factory=StructureSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
 
 

@@ -47,7 +47,7 @@ class Doc:
 class Limits:
     max_bytes: int = 8 * 1024 * 1024
     max_chars: int = 2_000_000
-    max_html_depth: int = 512
+    max_html_depth: int = 200
 
 
 def parse_event(raw: bytes | str | dict, limits: Limits = Limits()) -> dict:
@@ -88,6 +88,8 @@ def validate(event: dict, default_ts: int | None = None, limits: Limits = Limits
     if "id" not in event or event["id"] is None:
         raise Rejected("missing_id", "the event has no id")
     ident = event["id"]
+    if isinstance(ident, float) and ident.is_integer():
+        ident = int(ident)  # JSON Schema counts 3.0 as an integer; so do we
     if isinstance(ident, bool) or not isinstance(ident, (str, int)):
         raise Rejected("bad_id", f"id must be a string or integer, got {type(ident).__name__}")
     ident = str(ident)

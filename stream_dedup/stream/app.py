@@ -17,7 +17,9 @@ import base64
 import json
 import logging
 import os
+import signal
 import socket
+import sys
 import time
 from collections import Counter
 from collections.abc import MutableMapping
@@ -32,6 +34,7 @@ from ..core.exact import ExactStore
 from ..core.index import BucketIndex
 from ..core.stages import DecideStage, IndexStage, JsonStates, Prepared, Preparer, Probe, ToDecide, exact_stage
 from .credentials import faust_credentials
+from .watchdog import EXIT_STALLED, StallDetector
 
 log = logging.getLogger("stream_dedup.worker")
 
@@ -94,6 +97,7 @@ def build_app(settings: Settings) -> faust.App:
         broker_commit_interval=1.0,
         stream_wait_empty=False,
         table_cleanup_interval=60.0,
+        table_standby_replicas=w.standby_replicas,
     )
 
     def topic(name: str, partitions: int | None = n, compacted: bool = False) -> faust.TopicT:
@@ -128,7 +132,11 @@ def build_app(settings: Settings) -> faust.App:
     index_stage = IndexStage(BucketIndex(TableMapping(index_t), window=window), preparer.detectors)
     decide = DecideStage(JsonStates(TableMapping(decide_t)))
     counts: Counter[str] = Counter()
-    pending: dict[str, float] = {}
+    pending: dict[str, tuple[float, int]] = {}  # doc id -> (first seen, answers partition)
+    stalls = StallDetector(w.stall_timeout_s)
+    stream_topics = {pages.get_topic_name(), fingerprints.get_topic_name(), probes.get_topic_name(),
+                     answers.get_topic_name()}
+    rebalancing_since: list[float] = []
 
     def exact_store(partition: int) -> ExactStore:
         st = exact_by_part.get(partition)
@@ -192,7 +200,7 @@ def build_app(settings: Settings) -> faust.App:
             v = decide.apply(m)
             st = decide.last
             if st is not None and not st.complete:
-                pending.setdefault(m.id, time.monotonic())
+                pending.setdefault(m.id, (time.monotonic(), event.message.partition))
             else:
                 pending.pop(m.id, None)
             if v is None:
@@ -205,9 +213,46 @@ def build_app(settings: Settings) -> faust.App:
             await verdicts.send(key=key, value=body)
             await (unique if v.verdict == "unique" else duplicate).send(key=key, value=body)
 
+    async def watch_partitions() -> None:
+        """Exit for a restart when an assigned partition stalls (see ``watchdog``)."""
+        now = time.monotonic()
+        if app.rebalancing:
+            stalls.reset(now)
+            rebalancing_since[:] = rebalancing_since or [now]
+            if w.stall_timeout_s and now - rebalancing_since[0] > 2 * w.stall_timeout_s:
+                stall_exit(f"rebalance/recovery has not finished in {now - rebalancing_since[0]:.0f} s")
+            return
+        rebalancing_since.clear()
+        consumer = app.consumer
+        tps = [tp for tp in consumer.assignment() if tp.topic in stream_topics]
+        if not tps or not w.stall_timeout_s:
+            return
+        ends = await consumer.highwaters(*tps)
+        positions = {}
+        for tp in tps:
+            read = consumer._read_offset.get(tp)
+            positions[tp] = (read + 1 if read is not None else consumer._committed_offset.get(tp), ends.get(tp))
+        stalled = stalls.observe(now, positions)
+        if stalled:
+            stall_exit("; ".join(f"{tp.topic}[{tp.partition}] lag {lag}, no progress for {idle:.0f} s"
+                                 for tp, lag, idle in stalled))
+
+    def stall_exit(why: str) -> None:
+        log.error("stalled: %s. Stopping with exit code %d so that the supervisor restarts this worker "
+                  "(it rejoins the group and resumes from committed offsets; nothing is lost).", why, EXIT_STALLED)
+        app.stream_dedup_exit_code = EXIT_STALLED  # type: ignore[attr-defined]
+        os.kill(os.getpid(), signal.SIGTERM)
+
     @app.timer(interval=10.0)
     async def report() -> None:
-        stale = [i for i, t0 in pending.items() if time.monotonic() - t0 > 60]
+        try:
+            await watch_partitions()
+        except Exception as e:  # a failed offsets request must not stop the reports
+            log.warning("partition watch skipped: %r", e)
+        owned = {tp.partition for tp in app.consumer.assignment() if tp.topic == answers.get_topic_name()}
+        for i in [i for i, (_, part) in pending.items() if part not in owned]:
+            del pending[i]  # its partition moved: the new owner waits for it now
+        stale = [i for i, (t0, _) in pending.items() if time.monotonic() - t0 > 60]
         if stale:
             log.warning("%d documents wait for probe answers for over 60 s (e.g. %s)", len(stale), stale[:5])
         counts["pending"] = len(pending)
@@ -219,6 +264,7 @@ def build_app(settings: Settings) -> faust.App:
             {"worker": worker_id, "at": time.time(), "uptime_s": round(time.time() - started, 1),
              "counts": snapshot, "assigned": assigned}).encode())
 
+    app.stream_dedup_exit_code = 0  # type: ignore[attr-defined]
     app.stream_dedup_counts = counts  # type: ignore[attr-defined]
     app.stream_dedup_pending = pending  # type: ignore[attr-defined]
     return app
@@ -233,4 +279,8 @@ def run_worker(settings: Settings) -> None:
     # Faust's terminal spinner sets the root logger to DEBUG (at WARN and above) so that every debug
     # record turns it: that formats a record per message sent. Workers log to files; no spinner.
     worker.spinner = None
-    worker.execute_from_commandline()
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as e:
+        code = app.stream_dedup_exit_code  # type: ignore[attr-defined]
+        sys.exit(code or e.code)

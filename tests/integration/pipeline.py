@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,20 +23,45 @@ def settings_env(s: Settings, **extra: str) -> dict[str, str]:
                STREAM_DEDUP_TOPICS__DLQ=t.dlq, STREAM_DEDUP_TOPICS__VERDICTS=t.verdicts,
                STREAM_DEDUP_TOPICS__UNIQUE=t.unique, STREAM_DEDUP_TOPICS__DUPLICATE=t.duplicate,
                STREAM_DEDUP_TOPICS__INTERNAL_PREFIX=t.internal_prefix, STREAM_DEDUP_TOPICS__PARTITIONS=str(t.partitions),
-               STREAM_DEDUP_WORKER__APP_ID=s.worker.app_id, STREAM_DEDUP_WORKER__WEB_PORT="0")
+               STREAM_DEDUP_WORKER__APP_ID=s.worker.app_id, STREAM_DEDUP_WORKER__WEB_PORT="0",
+               STREAM_DEDUP_WORKER__STALL_TIMEOUT_S="60")
     env.update(extra)
     return env
 
 
 class Workers:
-    """Worker processes of one app, each with its own state folder and log."""
+    """Worker processes of one app, each with its own state folder and log.
 
-    def __init__(self, settings: Settings, root: Path):
+    Like the deployments (compose ``restart: unless-stopped``, a StatefulSet), a supervisor thread
+    restarts a worker that exits by itself, e.g. with code 75 from the stall watchdog; ``restarts``
+    records each (name, exit code) so tests can report them.
+    """
+
+    def __init__(self, settings: Settings, root: Path, supervise: bool = True):
         self.settings = settings
         self.root = root
         self.procs: dict[str, subprocess.Popen] = {}
+        self.env: dict[str, dict[str, str]] = {}
+        self.restarts: list[tuple[str, int]] = []
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        if supervise:
+            threading.Thread(target=self._supervise, daemon=True).start()
+
+    def _supervise(self) -> None:
+        while not self.done.wait(1.0):
+            with self.lock:
+                for name, p in list(self.procs.items()):
+                    if p.poll() is not None:
+                        self.restarts.append((name, p.returncode))
+                        self._spawn(name, self.env[name])
 
     def start(self, name: str, **env: str) -> subprocess.Popen:
+        with self.lock:
+            self.env[name] = env
+            return self._spawn(name, env)
+
+    def _spawn(self, name: str, env: dict[str, str]) -> subprocess.Popen:
         state = self.root / f"state-{name}"
         log = open(self.root / f"{name}.log", "ab")
         p = subprocess.Popen([sys.executable, "-m", "stream_dedup.cli", "worker"],
@@ -45,7 +71,8 @@ class Workers:
         return p
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
-        p = self.procs.pop(name)
+        with self.lock:
+            p = self.procs.pop(name)
         p.send_signal(sig)
         try:
             return p.wait(timeout)
@@ -54,11 +81,21 @@ class Workers:
             return p.wait()
 
     def stop_all(self) -> None:
+        self.done.set()
         for name in list(self.procs):
             self.stop(name)
 
-    def logs(self, tail: int = 4000) -> str:
-        return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-tail:]}" for f in sorted(self.root.glob("*.log")))
+    NOISE = ("producer buffer full", "producer flush took", "Timer commit is overlapping", "woke up too late")
+
+    def logs(self, tail: int = 40) -> str:
+        """Per worker: restarts, then the last ``tail`` lines that say something (counts, warnings, errors,
+        rebalance steps), without Faust's per-flush chatter and multi-line advice."""
+        out = [f"restarts: {self.restarts}"]
+        for f in sorted(self.root.glob("*.log")):
+            lines = [x[:400] for x in f.read_text(errors="replace").splitlines()
+                     if x.startswith("[") and not any(n in x for n in self.NOISE)]
+            out.append(f"--- {f.name}\n" + "\n".join(lines[-tail:]))
+        return "\n".join(out)
 
 
 def labelled_stream(tmp: Path, n_news: int, n_sms: int, seed: int = 11) -> list[dict]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .base import Detector, Match, Sketch
+from .imatch import ImatchDetector
 from .minhash import MinhashDetector
 from .ngram import NgramDetector
 from .simhash import SimhashDetector
+from .structure import StructureDetector
 
 if TYPE_CHECKING:
     from ...config import Settings
@@ -14,17 +16,20 @@ if TYPE_CHECKING:
     from ..tokenize import WordTokenizer
 
 __all__ = ["Detector", "Match", "Sketch", "build_detectors", "NAMES"]
-NAMES = ("simhash", "minhash", "ngram")
+NAMES = ("simhash", "minhash", "ngram", "imatch", "structure")
+AUTO = ("simhash", "minhash", "ngram", "structure")
 
 
 def build_detectors(settings: "Settings", tokenizer: "WordTokenizer", idf: "IdfTable") -> list[Detector]:
     """The configured detectors, in priority order (ties between equally early matches go to the first).
 
     ``auto``: ngram for short texts, simhash and minhash for long ones, with an overlap band around
-    ``text.short_chars`` where both run, so that a pair straddling the boundary still shares one.
+    ``text.short_chars`` where both run, so that a pair straddling the boundary still shares one;
+    HTML pages add the structure detector. I-Match is opt-in: on the development benchmark it finds
+    no duplicate that MinHash misses (see bench/RESULTS.md), so by default it would only add keys.
     """
     short = settings.text.short_chars
-    names = list(NAMES) if settings.engine.detectors == "auto" else list(settings.engine.detectors)
+    names = list(AUTO) if settings.engine.detectors == "auto" else list(settings.engine.detectors)
     auto = settings.engine.detectors == "auto"
     out: list[Detector] = []
     for name in names:
@@ -42,6 +47,13 @@ def build_detectors(settings: "Settings", tokenizer: "WordTokenizer", idf: "IdfT
                                      threshold=settings.ngram.threshold,
                                      edit_threshold=settings.ngram.edit_threshold,
                                      max_chars=short + short // 2 if auto else None))
+        elif name == "imatch":
+            i = settings.imatch
+            out.append(ImatchDetector(tokenizer, idf, lexicons=i.lexicons, drop=i.drop, min_words=i.min_words,
+                                      low=i.low, high=i.high, min_chars=short // 2 if auto else 0))
+        elif name == "structure":
+            st = settings.structure
+            out.append(StructureDetector(beta=st.beta, beta2=st.beta2, keys=st.keys, min_features=st.min_features))
         else:
             raise ValueError(f"unknown detector {name!r}; known: {', '.join(NAMES)}")
     return out

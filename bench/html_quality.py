@@ -1,0 +1,79 @@
+"""HTML pages: the same article in another site's template must be found; different articles in one
+site's template must not be called duplicates.
+
+    python bench/html_quality.py [--per-page 3]
+
+Events: the 23 real pages of ../shared/data/news/html, then each page's article written into
+``--per-page`` templates of other sites (bench/html_variants.py). Each configuration runs the
+in-process engine (the code the workers run) over the same events:
+
+* recall: share of template swaps (and natural copies) judged duplicate of a page of their article;
+* false positives: duplicate verdicts naming a page of another article, and among them the
+  same-site ones (the template trap);
+* docs/s: pages per second, extraction included.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import SHARED, need_shared, save, table  # noqa: E402
+from html_variants import build_events, site  # noqa: E402
+
+from stream_dedup.config import Settings  # noqa: E402
+from stream_dedup.core.engine import Engine  # noqa: E402
+
+CONFIGS = {"default (auto)": "auto", "structure only": ["structure"], "simhash only": ["simhash"],
+           "minhash only": ["minhash"], "imatch only": ["imatch"]}
+
+
+def judge(events: list[dict], group: dict[str, str], detectors) -> dict:
+    s = Settings()
+    s.engine.detectors = detectors
+    with tempfile.TemporaryDirectory() as tmp, Engine(s, tmp) as e:
+        t0 = time.perf_counter()
+        for ev in events:
+            e.process(ev)
+        secs = time.perf_counter() - t0
+        verdicts = {v.id: v for v in e.verdicts()}
+    first = {}
+    for ev in sorted(events, key=lambda ev: ev["ts"]):
+        first.setdefault(group[ev["id"]], ev["id"])
+    should = [i for i in group if first[group[i]] != i]
+    found = [i for i in should if verdicts[i].verdict == "duplicate" and group[verdicts[i].duplicate_of] == group[i]]
+    wrong = [(i, verdicts[i].duplicate_of) for i in verdicts
+             if verdicts[i].verdict == "duplicate" and group[verdicts[i].duplicate_of] != group[i]]
+    same_site = [(a, b) for a, b in wrong if site(a.split("@")[0]) == site(b.split("@")[0])
+                 or site(a.split("@")[-1]) == site(b.split("@")[-1])]
+    tp, fp = len(found), len(wrong)
+    p = tp / (tp + fp) if tp + fp else 1.0
+    r = tp / len(should) if should else 1.0
+    return {"should": len(should), "found": tp, "false_positives": fp, "same_site_fp": len(same_site),
+            "precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0, "docs_per_s": len(events) / secs,
+            "examples_fp": wrong[:5], "missed": [i for i in should if i not in found][:10]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--per-page", type=int, default=3)
+    a = ap.parse_args()
+    need_shared()
+    events, group = build_events(SHARED / "news" / "html", per_page=a.per_page)
+    rows, out = [], []
+    for name, dets in CONFIGS.items():
+        r = judge(events, group, dets)
+        rows.append([name, len(events), r["should"], r["found"], round(r["recall"], 4), r["false_positives"],
+                     r["same_site_fp"], round(r["precision"], 4), round(r["f1"], 4), round(r["docs_per_s"], 1)])
+        out.append({"config": name, **r})
+        print(rows[-1], "missed:", r["missed"][:5], "fp:", r["examples_fp"][:3], flush=True)
+    text = table(["config", "pages", "copies", "found", "recall", "false pos.", "same-site FP", "precision", "F1",
+                  "pages/s"], rows)
+    save("html_quality", {"results": out}, text)
+
+
+if __name__ == "__main__":
+    main()

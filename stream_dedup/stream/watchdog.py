@@ -1,0 +1,60 @@
+"""Stall detection for stream partitions: lag that does not move while the worker claims to be ready.
+
+Why this exists: Faust (faust-streaming 0.15 on aiokafka) can come out of a rebalance with a
+partition assigned, the worker "ready", and no fetch ever issued for that partition again
+(faust-streaming issues #175 and #629). Nothing is lost, since the committed offset stays put,
+but every document routed there waits forever. The cure that always works is the one every
+supervisor already offers: stop cleanly and start again, which rejoins the group and seeks to the
+committed offsets. So the worker watches its own partitions and, when one has had lag and no
+progress for ``stall_timeout_s``, it logs why and exits with ``EXIT_STALLED`` so that Kubernetes,
+docker compose (``restart: unless-stopped``) or the test harness restarts it.
+
+The detector is pure (no Faust import) so that its rule is unit-tested on its own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+EXIT_STALLED = 75  # EX_TEMPFAIL: "try again", which is what a restart does
+
+
+@dataclass
+class _Seen:
+    offset: int | None
+    since: float
+
+
+@dataclass
+class StallDetector:
+    """Per partition: the read offset and when it last changed; stalled = lag > 0 and no change for long."""
+
+    timeout_s: float
+    seen: dict[object, _Seen] = field(default_factory=dict)
+
+    def reset(self, now: float) -> None:
+        """Forget progress history (after a rebalance: every partition gets a fresh grace period)."""
+        for s in self.seen.values():
+            s.since = now
+
+    def observe(self, now: float, positions: dict[object, tuple[int | None, int | None]]) -> list[tuple[object, int, float]]:
+        """``positions``: tp -> (next offset to read or None, log end offset or None).
+
+        Returns the stalled partitions as (tp, lag, seconds without progress).
+        """
+        for tp in list(self.seen):
+            if tp not in positions:
+                del self.seen[tp]
+        stalled = []
+        for tp, (pos, end) in positions.items():
+            s = self.seen.get(tp)
+            if s is None or s.offset != pos:
+                self.seen[tp] = _Seen(pos, now)
+                continue
+            lag = (end or 0) - (pos or 0)
+            if lag <= 0:
+                s.since = now
+                continue
+            idle = now - s.since
+            if idle >= self.timeout_s:
+                stalled.append((tp, lag, idle))
+        return stalled

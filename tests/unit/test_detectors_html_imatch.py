@@ -1,0 +1,147 @@
+"""HTML main content, the structure detector and I-Match on real Chinese text (the project's sample)."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from stream_dedup.config import Settings
+from stream_dedup.core.detectors.imatch import ImatchDetector
+from stream_dedup.core.detectors.structure import StructureDetector, bloom, feature_strings, level_similarity
+from stream_dedup.core.document import Rejected
+from stream_dedup.core.engine import Engine
+from stream_dedup.core.html import BODY, EMPHASIS, extract_blocks
+from stream_dedup.core.stages import Preparer
+
+from ..conftest import shared_data
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = {e["id"]: e for e in map(json.loads, (REPO / "examples" / "sample.jsonl").read_text("utf-8").splitlines())}
+ARTICLE_X = [SAMPLE[f"news-{i}"]["text"] for i in (0, 1, 2)]
+ARTICLE_Y = [SAMPLE[f"news-{i}"]["text"] for i in (3, 4, 5)]
+NAV = "".join(f"<li><a href='/c{i}'>频道{i} 热点新闻排行榜第{i}名，点击查看更多精彩内容。</a></li>" for i in range(30))
+
+
+def page(template: str, title: str, paragraphs: list[str], sub: str = "记者观察：各方积极回应。") -> str:
+    body = f"<h1>{title}</h1><p><strong>{sub}</strong></p>" + "".join(f"<p>{p}</p>" for p in paragraphs)
+    if template == "a":
+        return (f"<html><head><title>A网</title><script>var x = 1;</script></head><body><div class='nav'><ul>{NAV}"
+                f"</ul></div><div id='main'><article>{body}</article></div><div class='related'><h3>相关阅读</h3>"
+                f"<ul>{NAV}</ul></div><footer>版权所有 A网 京ICP备000001号</footer></body></html>")
+    return (f"<html><body><header><a href='/'>B报首页</a> | <a href='/s'>社会</a></header><table><tr><td>"
+            f"<div class='content'>{body}</div></td><td><ul>{NAV[::-1][:2000][::-1]}</ul></td></tr></table>"
+            f"<div id='foot'>B报 版权声明：未经授权禁止转载。</div></body></html>")
+
+
+@pytest.fixture(scope="module")
+def prep():
+    return Preparer(Settings())
+
+
+def structure(prep) -> StructureDetector:
+    return next(d for d in prep.detectors if d.name == "structure")
+
+
+def test_main_content_drops_navigation_and_keeps_levels():
+    blocks = extract_blocks(page("a", "防汛工作安排", ARTICLE_X))
+    text = "".join(t for _, t in blocks)
+    assert "频道" not in text and "版权所有" not in text and "var x" not in text
+    assert blocks[0] == (1, "防汛工作安排")
+    assert (EMPHASIS, "记者观察：各方积极回应。") in blocks
+    assert [t for lvl, t in blocks if lvl == BODY] == ARTICLE_X
+
+
+def test_line_breaks_split_blocks_and_bombs_are_rejected():
+    blocks = extract_blocks("<html><body><article><p>" + "<br>".join(ARTICLE_Y) + "</p></article></body></html>")
+    assert [t for _, t in blocks] == ARTICLE_Y
+    with pytest.raises(Rejected) as e:
+        extract_blocks("<div>" * 2000 + "x" + "</div>" * 2000)  # default limit 200
+    assert e.value.reason == "html_too_deep"
+
+
+def test_feature_strings_and_bloom_estimate():
+    assert feature_strings("今天,天气很好.我们去公园吧?") == ["今天,", "天好.", "我吧?"]
+    fs = [f"{chr(0x4e00 + i)}{chr(0x4e80 + i)}." for i in range(200)]
+    _, a = bloom(fs)
+    _, b = bloom(fs[:180] + [f"{chr(0x5000 + i)}{chr(0x5100 + i)}." for i in range(20)])
+    _, small = bloom(fs[:100])
+    assert level_similarity(a, a) == pytest.approx(1.0, abs=0.01)
+    assert level_similarity(a, b) == pytest.approx(0.9, abs=0.04)  # true value 2*180/400
+    assert level_similarity(a, small) == pytest.approx(2 * 100 / 300, abs=0.04)  # folds 4096 bits to 2048
+
+
+def test_structure_same_article_other_template_is_duplicate_different_article_same_template_is_not(prep):
+    det = structure(prep)
+    x_a = prep.document({"id": "xa", "html": page("a", "防汛", ARTICLE_X), "ts": 1})
+    x_b = prep.document({"id": "xb", "html": page("b", "防汛工作", ARTICLE_X), "ts": 2})
+    y_a = prep.document({"id": "ya", "html": page("a", "寒潮", ARTICLE_Y), "ts": 3})
+    sx, sxb, sy = det.sketch(x_a), det.sketch(x_b), det.sketch(y_a)
+    assert set(sx.keys) & set(sxb.keys)
+    assert det.verify(sx.payload, sxb.payload) is not None
+    assert det.verify(sx.payload, sy.payload) is None
+    # a level missing on one side (the bold sub-heading dropped) makes the share of similar levels 1/2
+    x_plain = prep.document({"id": "xp", "html": page("b", "防汛", ARTICLE_X, sub=""), "ts": 4})
+    assert det.verify(sx.payload, det.sketch(x_plain).payload) is None
+
+
+def test_engine_with_html_events(prep):
+    with Engine(Settings()) as e:
+        e.process({"id": "x-on-a", "html": page("a", "防汛", ARTICLE_X), "ts": 1})
+        e.process({"id": "y-on-a", "html": page("a", "寒潮", ARTICLE_Y), "ts": 2})
+        e.process({"id": "x-on-b", "html": page("b", "防汛", ARTICLE_X), "ts": 3})
+        v = {x.id: x for x in e.verdicts()}
+    assert v["y-on-a"].verdict == "unique"
+    assert v["x-on-b"].verdict == "duplicate" and v["x-on-b"].duplicate_of == "x-on-a"
+
+
+def imatch(prep, **kw) -> ImatchDetector:
+    return ImatchDetector(prep.tokenizer, prep.idf, **kw)
+
+
+def test_imatch_is_order_and_punctuation_blind_and_guards_short_docs(prep):
+    det = imatch(prep, min_words=5)
+    a = prep.document({"id": "a", "text": "".join(ARTICLE_X), "ts": 1})
+    shuffled = prep.document({"id": "b", "text": "；".join(reversed(ARTICLE_X)), "ts": 2})
+    other = prep.document({"id": "c", "text": "".join(ARTICLE_Y), "ts": 3})
+    assert det.signatures(a) == det.signatures(shuffled)
+    assert det.verify(det.sketch(a).payload, det.sketch(shuffled).payload).similarity == 1.0
+    assert det.verify(det.sketch(a).payload, det.sketch(other).payload) is None
+    assert imatch(prep, min_words=10_000).sketch(a) is None  # too few lexicon words: no signature at all
+
+
+def test_randomized_lexicons_survive_a_one_word_edit(prep):
+    """Kolcz et al.: one changed lexicon word breaks the main signature but not every extra lexicon's."""
+    det = imatch(prep, lexicons=10, drop=0.3, min_words=5)
+    a = prep.document({"id": "a", "text": "".join(ARTICLE_X), "ts": 1})
+    words = det.filtered(a)
+    survived = 0
+    for w in words[:20]:
+        edited = prep.document({"id": "e", "text": a.text.replace(w, "", 1), "ts": 2})
+        if set(det.filtered(edited)) == set(words):
+            continue  # the word occurs twice: the set did not change
+        sa, se = det.signatures(a), det.signatures(edited)
+        assert sa[0] != se[0]
+        survived += det.verify(det.sketch(a).payload, det.sketch(edited).payload) is not None
+    assert survived >= 10
+
+
+def test_real_pages_other_templates_found_same_site_never_confused():
+    folder = shared_data("news/html")
+    sys.path.insert(0, str(REPO / "bench"))
+    from html_variants import build_events, site
+
+    events, group = build_events(folder, per_page=2)
+    with Engine(Settings()) as e:
+        for ev in events:
+            e.process(ev)
+        verdicts = {v.id: v for v in e.verdicts()}
+    first = {}
+    for ev in events:
+        first.setdefault(group[ev["id"]], ev["id"])
+    copies = [i for i in group if first[group[i]] != i]
+    found = [i for i in copies if verdicts[i].verdict == "duplicate" and group[verdicts[i].duplicate_of] == group[i]]
+    wrong = [i for i, v in verdicts.items() if v.verdict == "duplicate" and group[v.duplicate_of] != group[i]]
+    assert len(found) >= 0.9 * len(copies), sorted(set(copies) - set(found))
+    assert not wrong, [(i, verdicts[i].duplicate_of) for i in wrong]
+    same_site = [i for i in verdicts if "@" not in i and site(i) in {"sina", "thepaper", "toutiao"}]
+    assert len(same_site) >= 12  # the template trap is actually in the data
