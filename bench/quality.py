@@ -2,7 +2,8 @@
 
     python bench/quality.py [--sets news sms pairs]
 
-* ours: `stream-dedup scan` with the default configuration (start-up included), then `eval`.
+* ours: `stream-dedup scan` with the default configuration (start-up included), then `eval`; and
+  the same with one detector alone (engine.detectors = [name]) for each detector.
 * simhash.SimhashIndex(k=3) with the library's default features (its own tokenization of the
   raw text): for each document in event-time order, query then add; a hit makes it a duplicate of
   the earliest hit.
@@ -15,6 +16,8 @@ questions) the table also gives the share of reworded pairs flagged (bigram Jacc
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import subprocess
 import sys
 import time
@@ -69,11 +72,17 @@ def run_minhash(docs):
     return loop(docs, q, lambda d: lsh.insert(d["id"], cache[d["id"]]))
 
 
-def run_ours(path: Path, tmp: Path) -> tuple[list[dict], float]:
-    out = tmp / f"{path.stem}.verdicts.jsonl"
+ALONE = ["simhash", "minhash", "ngram", "imatch"]
+
+
+def run_ours(path: Path, tmp: Path, detectors: str | None = None) -> tuple[list[dict], float]:
+    out = tmp / f"{path.stem}.{detectors or 'auto'}.verdicts.jsonl"
+    env = dict(os.environ)
+    if detectors:
+        env["STREAM_DEDUP_ENGINE__DETECTORS"] = json.dumps([detectors])
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "stream_dedup.cli", "scan", str(path), "--out", str(out), "--no-progress"],
-                   check=True, cwd=REPO, capture_output=True)
+                   check=True, cwd=REPO, capture_output=True, env=env)
     return read_jsonl(out), time.perf_counter() - t0
 
 
@@ -91,6 +100,7 @@ def reworded_flagged(verdicts: list[dict], labels: list[dict]) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", nargs="+", default=["news", "sms", "pairs"])
+    ap.add_argument("--alone", nargs="*", default=ALONE, help="also run scan with only this detector (each)")
     a = ap.parse_args()
     need_shared()
     ds = devset()
@@ -101,11 +111,13 @@ def main() -> None:
         labels = read_jsonl(ds / f"{name}_labels.jsonl")
         runs = {}
         runs["stream-dedup scan"] = run_ours(ds / f"{name}.jsonl", tmp)
+        for det in a.alone:
+            runs[f"stream-dedup scan, {det} only"] = run_ours(ds / f"{name}.jsonl", tmp, det)
         for peer, fn in [("simhash SimhashIndex k=3", run_simhash), ("datasketch MinHashLSH 0.7", run_minhash)]:
             t0 = time.perf_counter()
             v = fn(docs)
             runs[peer] = (v, time.perf_counter() - t0)
-        best_peer = max(len(docs) / s for k, (_, s) in runs.items() if k != "stream-dedup scan")
+        best_peer = max(len(docs) / s for k, (_, s) in runs.items() if not k.startswith("stream-dedup"))
         for system, (verdicts, secs) in runs.items():
             rep = evaluate(verdicts, labels)
             o = rep.overall

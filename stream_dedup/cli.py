@@ -57,13 +57,16 @@ def main(ctx: click.Context, config: str | None, bootstrap: str | None) -> None:
 @click.option("--state", type=click.Path(file_okay=False), help="RocksDB state folder (default: a temp folder)")
 @click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: for files)")
 @click.option("--json-summary", is_flag=True, help="print the summary as JSON on stderr")
+@click.option("--clusters", "clusters_path", type=click.Path(dir_okay=False),
+              help="also write one line per page that has copies: size, canonical page, members (largest first)")
 @pass_ctx
-def scan(c: Ctx, input: str, out: str, state: str | None, progress: bool | None, json_summary: bool) -> None:
+def scan(c: Ctx, input: str, out: str, state: str | None, progress: bool | None, json_summary: bool,
+         clusters_path: str | None) -> None:
     """Run the engine over a JSONL file (or - for stdin) and write one verdict per id."""
     from .scan import run_scan
 
     summary = run_scan(c.settings, input, out, state_dir=state,
-                       progress=(input != "-") if progress is None else progress)
+                       progress=(input != "-") if progress is None else progress, clusters_path=clusters_path)
     if json_summary:
         click.echo(json.dumps(summary.as_dict()), err=True)
     else:

@@ -62,6 +62,7 @@ class TopicSettings(_Section):
     verdicts: str = "verdicts"
     unique: str = "unique"
     duplicate: str = "duplicate"
+    clusters: str = Field("clusters", description="compacted: per original page, its cluster size and canonical page")
     internal_prefix: str = Field("stream-dedup", description="prefix of the internal repartition and changelog topics")
     partitions: int = Field(6, ge=1, le=1024, description="partitions of pages and every internal topic")
     dir: Path | None = Field(None, description="folder with topics.toml and schemas/ (default: the repo's topics/)")
@@ -90,7 +91,7 @@ class SimhashSettings(_Section):
 class NgramSettings(_Section):
     m: int = Field(4, ge=2, description="gram length in characters")
     w: int = Field(8, ge=1, description="winnowing window: one key per w consecutive grams at least")
-    threshold: float = Field(0.6, gt=0, le=1, description="word Jaccard at or above which short texts match")
+    threshold: float = Field(0.7, gt=0, le=1, description="word Jaccard at or above which short texts match")
     edit_threshold: float = Field(0.8, ge=0, le=1, description=(
         "and normalized Levenshtein similarity of the skeletons at or above which they match (0 = off); "
         "separates reworded paraphrases, which share words, from copies, which share sequences"))

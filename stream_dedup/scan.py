@@ -26,6 +26,8 @@ class ScanSummary:
     reasons: Counter = field(default_factory=Counter)
     by_detector: Counter = field(default_factory=Counter)
     bad_lines: list[tuple[int, str]] = field(default_factory=list)
+    clusters: int = 0
+    largest_cluster: int = 0
 
     @property
     def docs_per_s(self) -> float:
@@ -35,7 +37,8 @@ class ScanSummary:
         return {"docs": self.docs, "unique": self.unique, "exact": self.exact, "near": self.near,
                 "rejected": self.rejected, "revisions": self.revisions, "seconds": round(self.seconds, 3),
                 "docs_per_s": round(self.docs_per_s, 1), "reasons": dict(self.reasons),
-                "near_by_detector": dict(self.by_detector)}
+                "near_by_detector": dict(self.by_detector), "clusters": self.clusters,
+                "largest_cluster": self.largest_cluster}
 
     def describe(self) -> str:
         s = (f"docs {self.docs}  unique {self.unique}  exact {self.exact}  near {self.near}  "
@@ -53,7 +56,8 @@ def _open_in(path: str):
 
 
 def run_scan(settings: Settings, input_path: str, out_path: str = "-", *, state_dir: str | None = None,
-             progress: bool = False, report_bad: TextIO | None = None, quiet: bool = False) -> ScanSummary:
+             progress: bool = False, report_bad: TextIO | None = None, quiet: bool = False,
+             clusters_path: str | None = None) -> ScanSummary:
     from tqdm import tqdm
 
     summary = ScanSummary()
@@ -107,6 +111,12 @@ def run_scan(settings: Settings, input_path: str, out_path: str = "-", *, state_
         finally:
             if out is not sys.stdout:
                 out.close()
+        if clusters_path:
+            with open(clusters_path, "w", encoding="utf-8") as cf:
+                for c in sorted(engine.clusters(), key=lambda c: (-c.size, c.ts or 0, c.id)):
+                    summary.clusters += 1
+                    summary.largest_cluster = max(summary.largest_cluster, c.size)
+                    cf.write(json.dumps(c.to_dict(), ensure_ascii=False) + "\n")
     finally:
         engine.close()
     summary.seconds = time.perf_counter() - t0

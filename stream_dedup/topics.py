@@ -38,7 +38,7 @@ class ApplyReport:
 def topic_names(settings: Settings) -> dict[str, str]:
     t = settings.topics
     return {"pages": t.pages, "dlq": t.dlq, "verdicts": t.verdicts, "unique": t.unique,
-            "duplicate": t.duplicate, "internal": t.internal_prefix}
+            "duplicate": t.duplicate, "clusters": t.clusters, "internal": t.internal_prefix}
 
 
 def load_specs(settings: Settings) -> list[TopicSpec]:

@@ -82,5 +82,6 @@ def kafka_settings(kafka_bootstrap, unique_name):
     t = s.topics
     t.pages, t.dlq, t.verdicts = f"{unique_name}.pages", f"{unique_name}.pages.dlq", f"{unique_name}.verdicts"
     t.unique, t.duplicate, t.internal_prefix = f"{unique_name}.unique", f"{unique_name}.duplicate", unique_name
+    t.clusters = f"{unique_name}.clusters"
     s.worker.app_id = unique_name
     return s

@@ -14,7 +14,7 @@ from .exact import ExactStore
 from .index import BucketIndex
 from .stages import DecideStage, IndexStage, Preparer, exact_stage
 from .store import KVStore
-from .verdict import Verdict
+from .verdict import Cluster, Verdict
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -58,15 +58,14 @@ class Engine:
         prepared = self.preparer.sketch(doc)
         verdicts: list[Verdict] = []
         msgs, probes = exact_stage(self.exact, prepared, 1)
-        for m in msgs:
-            v = self.decide.apply(m)
+        for probe in probes:
+            msgs += self.index.process(probe)
+        queue = list(reversed(msgs))
+        while queue:
+            v = self.decide.apply(queue.pop())
             if v:
                 verdicts.append(v)
-        for probe in probes:
-            for m in self.index.process(probe):
-                v = self.decide.apply(m)
-                if v:
-                    verdicts.append(v)
+            queue.extend(reversed(self.decide.outbox))  # cluster joins/leaves, as the workers route them
         self._advance(doc.ts)
         return verdicts
 
@@ -90,6 +89,13 @@ class Engine:
         if st is None or st.emitted is None:
             return None
         return st.verdict()
+
+    def clusters(self) -> Iterable[Cluster]:
+        """Every document that has copies, with its cluster size and canonical page."""
+        for ident in self.digests:
+            st = self.decide.states.get(ident)
+            if st is not None and (st.members or st.extra):
+                yield st.cluster()
 
     def verdicts(self) -> Iterable[Verdict]:
         for ident in self.digests:

@@ -20,7 +20,7 @@ from .exact import ExactStore
 from .idf import load_idf
 from .index import BucketIndex
 from .tokenize import WordTokenizer
-from .verdict import Candidate, DocState, Verdict
+from .verdict import MAX_MEMBERS, Candidate, Cluster, DocState, Verdict
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -58,16 +58,18 @@ class Prepared:
     digest: bytes
     kind: str
     sketches: list[tuple[int, tuple[int, ...], bytes]]  # (detector code, keys, payload)
+    rank: float | None = None
 
     def to_bytes(self) -> bytes:
         return json.dumps({"id": self.id, "ts": self.ts, "d": _b64(self.digest), "k": self.kind,
-                           "s": [[c, list(k), _b64(p)] for c, k, p in self.sketches]},
+                           "s": [[c, list(k), _b64(p)] for c, k, p in self.sketches], "r": self.rank},
                           separators=(",", ":")).encode()
 
     @classmethod
     def from_bytes(cls, b: bytes) -> "Prepared":
         d = json.loads(b)
-        return cls(d["id"], d["ts"], _unb64(d["d"]), d["k"], [(c, tuple(k), _unb64(p)) for c, k, p in d["s"]])
+        return cls(d["id"], d["ts"], _unb64(d["d"]), d["k"], [(c, tuple(k), _unb64(p)) for c, k, p in d["s"]],
+                   d.get("r"))
 
 
 @dataclass
@@ -96,25 +98,34 @@ class ToDecide:
 
     kind "expect": the exact stage's word (``expected`` probe answers, ``cand`` an exact original);
     kind "answer": one probe's earliest near match (``part`` names the probe's partition);
-    kind "offer": a late match or an exact revision for an already-seen document.
+    kind "offer": a late match or an exact revision for an already-seen document;
+    kind "join"/"leave" (decide -> decide): ``member`` = [id, ts, rank] now names / no longer names
+    this document as its original (cluster sizes).
     """
 
     kind: str
     id: str
-    ts: int
+    ts: int | None
     cand: Candidate | None = None
     expected: int | None = None
     part: int | None = None
+    rank: float | None = None
+    member: list | None = None
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"t": self.kind, "id": self.id, "ts": self.ts,
-                           "c": self.cand.to_list() if self.cand else None, "n": self.expected, "p": self.part},
-                          separators=(",", ":")).encode()
+        d = {"t": self.kind, "id": self.id, "ts": self.ts, "c": self.cand.to_list() if self.cand else None,
+             "n": self.expected, "p": self.part}
+        if self.rank is not None:
+            d["r"] = self.rank
+        if self.member is not None:
+            d["m"] = self.member
+        return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
     def from_bytes(cls, b: bytes) -> "ToDecide":
         d = json.loads(b)
-        return cls(d["t"], d["id"], d["ts"], Candidate.from_list(d["c"]) if d["c"] else None, d["n"], d["p"])
+        return cls(d["t"], d["id"], d["ts"], Candidate.from_list(d["c"]) if d["c"] else None, d["n"], d["p"],
+                   d.get("r"), d.get("m"))
 
 
 # ------------------------------------------------------------------------------------ prepare
@@ -143,7 +154,7 @@ class Preparer:
                 s = det.sketch(doc)
                 if s is not None and s.keys:
                     sketches.append((det.code, s.keys, s.payload))
-        return Prepared(doc.id, doc.ts, doc.digest, doc.kind, sketches)
+        return Prepared(doc.id, doc.ts, doc.digest, doc.kind, sketches, doc.rank)
 
     def prepare(self, raw: bytes | str | dict, default_ts: int | None = None) -> Prepared:
         """Raises Rejected with a reason code for anything that cannot be judged."""
@@ -169,13 +180,13 @@ def exact_stage(store: ExactStore, p: Prepared, partitions: int) -> tuple[list[T
     probes: list[Probe] = []
     if out.first:
         probes = route_probes(p, partitions)
-        msgs.append(ToDecide("expect", p.id, p.ts, None, expected=len(probes)))
+        msgs.append(ToDecide("expect", p.id, p.ts, None, expected=len(probes), rank=p.rank))
         me = Candidate(p.ts, p.id, "exact", "exact", 1.0, 0, -1)
         msgs += [ToDecide("offer", ident, ts, me) for ts, ident in out.revise]
     else:
         assert out.original is not None
         msgs.append(ToDecide("expect", p.id, p.ts, Candidate(out.original[0], out.original[1], "exact", "exact",
-                                                             1.0, 0, -1), expected=0))
+                                                             1.0, 0, -1), expected=0, rank=p.rank))
     return msgs, probes
 
 
@@ -240,17 +251,35 @@ class JsonStates(MutableMapping):
 
 @dataclass
 class DecideStage:
+    """Per document: gather the stages' word into a verdict; per original: keep its cluster.
+
+    After ``apply``, ``outbox`` holds join/leave messages for originals (the driver routes them back
+    here by their id) and ``cluster`` the original's changed cluster record, if any.
+    """
+
     states: MutableMapping[str, DocState] = field(default_factory=dict)
     last: DocState | None = None  # the state ``apply`` just wrote (saves the driver a second read)
+    outbox: list[ToDecide] = field(default_factory=list)
+    cluster: Cluster | None = None
 
     def apply(self, msg: ToDecide) -> Verdict | None:
+        self.outbox = []
+        self.cluster = None
         st = self.states.get(msg.id)
         if st is None:
             st = DocState(msg.id)
-        if st.ts is None:
+        if st.ts is None and msg.kind not in ("join", "leave"):
             st.ts = msg.ts
+        if msg.kind in ("join", "leave"):
+            self._membership(st, msg)
+            self.states[msg.id] = st
+            self.last = st
+            return None
+        before = st.emitted[2] if st.emitted else None  # duplicate_of of the last verdict emitted
         if msg.kind == "expect":
             st.expected = msg.expected
+            if msg.rank is not None:
+                st.rank = msg.rank
             st.offer(msg.cand)
         elif msg.kind == "answer":
             assert msg.part is not None
@@ -261,9 +290,32 @@ class DecideStage:
         else:
             raise ValueError(f"unknown decide message {msg.kind!r}")
         v = st.step()
+        if v is not None and v.duplicate_of != before:
+            if before is not None:
+                self.outbox.append(ToDecide("leave", before, None, member=[st.id, st.ts, st.rank]))
+            if v.duplicate_of is not None:
+                self.outbox.append(ToDecide("join", v.duplicate_of, None, member=[st.id, st.ts, st.rank]))
         self.states[msg.id] = st
         self.last = st
         return v
+
+    def _membership(self, st: DocState, msg: ToDecide) -> None:
+        assert msg.member is not None
+        mid, mts, mrank = msg.member
+        old = st.cluster()
+        if msg.kind == "join":
+            if mid not in st.members:
+                if len(st.members) < MAX_MEMBERS:
+                    st.members[mid] = [mts, mrank]
+                else:
+                    st.extra += 1  # a campaign beyond MAX_MEMBERS: counted, not kept (replays may recount)
+        elif mid in st.members:
+            del st.members[mid]
+        elif st.extra:
+            st.extra -= 1
+        new = st.cluster()
+        if (new.size, new.canonical) != (old.size, old.canonical):
+            self.cluster = new
 
 
 __all__ = ["Preparer", "Prepared", "Probe", "ToDecide", "route_probes", "exact_stage", "IndexStage",

@@ -69,6 +69,9 @@ class DocState:
     near: Candidate | None = None
     revision: int = -1
     emitted: tuple | None = None
+    rank: float | None = None
+    members: dict[str, list] = field(default_factory=dict)  # duplicate id -> [ts, rank] (see Cluster)
+    extra: int = 0  # members beyond MAX_MEMBERS, counted only
 
     @property
     def complete(self) -> bool:
@@ -103,16 +106,51 @@ class DocState:
         v.revision = self.revision
         return v
 
+    def cluster(self) -> "Cluster":
+        everyone = dict(self.members)
+        if self.ts is not None:
+            everyone[self.id] = [self.ts, self.rank]
+        # canonical: the highest rank; without ranks (or on ties) the earliest, i.e. the original
+        canonical = min(everyone, key=lambda i: (-(everyone[i][1] if everyone[i][1] is not None else float("-inf")),
+                                                 everyone[i][0], i)) if everyone else self.id
+        sample = sorted(self.members, key=lambda i: (self.members[i][0], i))[:10]
+        return Cluster(self.id, 1 + len(self.members) + self.extra, canonical, sample, self.ts)
+
     # --- persistence (decide's state store / changelog)
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "ts": self.ts, "expected": self.expected, "answered": sorted(self.answered),
-                "exact": self.exact.to_list() if self.exact else None,
-                "near": self.near.to_list() if self.near else None, "revision": self.revision,
-                "emitted": list(self.emitted) if self.emitted else None}
+        d = {"id": self.id, "ts": self.ts, "expected": self.expected, "answered": sorted(self.answered),
+             "exact": self.exact.to_list() if self.exact else None,
+             "near": self.near.to_list() if self.near else None, "revision": self.revision,
+             "emitted": list(self.emitted) if self.emitted else None}
+        if self.rank is not None:
+            d["rank"] = self.rank
+        if self.members or self.extra:
+            d["members"], d["extra"] = self.members, self.extra
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "DocState":
         return cls(d["id"], d["ts"], d["expected"], set(d["answered"]),
                    Candidate.from_list(d["exact"]) if d["exact"] else None,
                    Candidate.from_list(d["near"]) if d["near"] else None, d["revision"],
-                   tuple(d["emitted"]) if d["emitted"] else None)
+                   tuple(d["emitted"]) if d["emitted"] else None, d.get("rank"), d.get("members", {}),
+                   d.get("extra", 0))
+
+
+MAX_MEMBERS = 256
+
+
+@dataclass
+class Cluster:
+    """How many copies of a page exist: the original, every document whose verdict names it, and the
+    canonical page among them (highest ``rank`` event field, else the original). Published on the
+    ``clusters`` topic, keyed by the original's id, whenever it changes."""
+
+    id: str  # the original (earliest) document
+    size: int
+    canonical: str
+    members: list[str]  # up to 10 duplicates, earliest first
+    ts: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "size": self.size, "canonical": self.canonical, "members": self.members, "ts": self.ts}

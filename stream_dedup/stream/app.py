@@ -107,6 +107,7 @@ def build_app(settings: Settings) -> faust.App:
     pages = topic(t.pages)
     dlq = topic(t.dlq, partitions=1)
     verdicts, unique, duplicate = topic(t.verdicts, compacted=True), topic(t.unique), topic(t.duplicate)
+    clusters = topic(t.clusters, compacted=True)
     fingerprints = topic(f"{t.internal_prefix}.fingerprints")
     probes = topic(f"{t.internal_prefix}.probes")
     answers = topic(f"{t.internal_prefix}.answers")
@@ -198,6 +199,14 @@ def build_app(settings: Settings) -> faust.App:
             m = ToDecide.from_bytes(event.value)
             counts[f"decide.{m.kind}"] += 1
             v = decide.apply(m)
+            await to_decide(decide.outbox)  # cluster joins/leaves, keyed by the original's id
+            if decide.cluster is not None:
+                c = decide.cluster
+                counts["clusters"] += 1
+                await clusters.send(key=c.id.encode("utf-8", "surrogatepass"),
+                                    value=json.dumps(c.to_dict(), ensure_ascii=False).encode())
+            if m.kind in ("join", "leave"):
+                continue
             st = decide.last
             if st is not None and not st.complete:
                 pending.setdefault(m.id, (time.monotonic(), event.message.partition))

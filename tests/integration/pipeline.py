@@ -22,6 +22,7 @@ def settings_env(s: Settings, **extra: str) -> dict[str, str]:
     env = dict(os.environ, KAFKA_BOOTSTRAP=s.kafka.bootstrap, STREAM_DEDUP_TOPICS__PAGES=t.pages,
                STREAM_DEDUP_TOPICS__DLQ=t.dlq, STREAM_DEDUP_TOPICS__VERDICTS=t.verdicts,
                STREAM_DEDUP_TOPICS__UNIQUE=t.unique, STREAM_DEDUP_TOPICS__DUPLICATE=t.duplicate,
+               STREAM_DEDUP_TOPICS__CLUSTERS=t.clusters,
                STREAM_DEDUP_TOPICS__INTERNAL_PREFIX=t.internal_prefix, STREAM_DEDUP_TOPICS__PARTITIONS=str(t.partitions),
                STREAM_DEDUP_WORKER__APP_ID=s.worker.app_id, STREAM_DEDUP_WORKER__WEB_PORT="0",
                STREAM_DEDUP_WORKER__STALL_TIMEOUT_S="60")
@@ -113,6 +114,8 @@ def labelled_stream(tmp: Path, n_news: int, n_sms: int, seed: int = 11) -> list[
     events = take("news", n_news) + take("sms", n_sms)
     for i, e in enumerate(sorted(events, key=lambda e: e["ts"])):
         e["ts"] = 1_700_000_000_000 + i * 1000
+        if i % 3 == 0:
+            e["rank"] = i % 7  # some pages carry a rank: the clusters name the highest-ranked copy
     rng.shuffle(events)
     return events
 

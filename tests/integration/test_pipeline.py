@@ -19,10 +19,29 @@ BAD = [b"{not json", b"\xff\xfe\xfa", b'{"text": "no id"}', b'{"id": "bad-1"}', 
 
 
 def scan_verdicts(settings: Settings, events: list[dict]) -> dict[str, tuple]:
+    return scan_all(settings, events)[0]
+
+
+def scan_all(settings: Settings, events: list[dict]) -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """scan's verdicts and clusters (size, canonical) for the same events."""
     with Engine(settings) as e:
         for ev in events:
             e.process(ev)
-        return {v.id: key_of(v.to_dict()) for v in e.verdicts()}
+        return ({v.id: key_of(v.to_dict()) for v in e.verdicts()},
+                {c.id: (c.size, c.canonical) for c in e.clusters()})
+
+
+def check_clusters(settings: Settings, events: list[dict]) -> None:
+    """The clusters topic (latest record per original) says what scan's clusters say."""
+    _, expected = scan_all(settings, events)
+    records = read_all(settings, settings.topics.clusters, until=lambda ms: False, timeout=60, idle=5)
+    got: dict[str, tuple] = {}
+    for r in records:  # one partition per key: topic order is the order they were written
+        got[r["id"]] = (r["size"], r["canonical"])
+    got = {i: c for i, c in got.items() if c[0] > 1}
+    assert expected, "the stream has duplicates, so it has clusters"
+    diverged = {i: (got.get(i), expected.get(i)) for i in set(got) | set(expected) if got.get(i) != expected.get(i)}
+    assert not diverged, f"{len(diverged)} clusters differ from scan, e.g. {list(diverged.items())[:5]}"
 
 
 def run_and_collect(settings: Settings, events: list[dict], timeout: float, during=None,
@@ -70,6 +89,7 @@ def test_convergence_with_scan(kafka_settings, tmp_path, stream_events, n_worker
     finally:
         workers.stop_all()
     check(kafka_settings, stream_events, got, dlq, workers)
+    check_clusters(kafka_settings, stream_events)
 
 
 def test_rebalance_add_a_worker_then_stop_one(kafka_settings, tmp_path, stream_events):

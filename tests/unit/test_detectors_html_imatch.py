@@ -145,3 +145,28 @@ def test_real_pages_other_templates_found_same_site_never_confused():
     assert not wrong, [(i, verdicts[i].duplicate_of) for i in wrong]
     same_site = [i for i in verdicts if "@" not in i and site(i) in {"sina", "thepaper", "toutiao"}]
     assert len(same_site) >= 12  # the template trap is actually in the data
+
+
+def test_default_config_picks_detectors_by_kind_and_length_on_a_mixed_stream(prep):
+    long_text = "".join(ARTICLE_Y) * 2
+    sms = SAMPLE["sms-1"]["text"]
+    stream = [
+        {"id": "news", "text": long_text, "ts": 1},
+        {"id": "sms", "text": sms, "ts": 2},
+        {"id": "html", "html": page("a", "防汛", ARTICLE_X), "ts": 3},
+        {"id": "news-copy", "text": "来源：本报综合。" + long_text, "ts": 4},
+        {"id": "sms-copy", "text": SAMPLE["sms-1-noise"]["text"], "ts": 5},
+        {"id": "html-copy", "html": page("b", "防汛", ARTICLE_X), "ts": 6},
+    ]
+    used = {ev["id"]: {d.name for d in prep.detectors if d.applies(prep.document(ev))} for ev in stream}
+    assert used["sms"] == {"ngram"}
+    assert {"simhash", "minhash"} <= used["news"] and "ngram" not in used["news"] and "structure" not in used["news"]
+    assert "structure" in used["html"]
+    with Engine(Settings()) as e:
+        for ev in stream:
+            e.process(ev)
+        v = {x.id: x for x in e.verdicts()}
+    assert [v[i].verdict for i in ("news", "sms", "html")] == ["unique"] * 3
+    assert (v["sms-copy"].duplicate_of, v["sms-copy"].detector) == ("sms", "ngram")
+    assert v["news-copy"].duplicate_of == "news" and v["news-copy"].detector in ("simhash", "minhash")
+    assert v["html-copy"].duplicate_of == "html"

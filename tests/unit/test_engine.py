@@ -113,3 +113,41 @@ def test_eval_counts_by_cluster():
     # relevant: b (cluster 1) and d (cluster 2); predicted b (right) and c (wrong)
     assert (r.overall.tp, r.overall.predicted, r.overall.relevant) == (1, 2, 2)
     assert r.overall.precision == 0.5 and r.overall.recall == 0.5
+
+
+def clusters_of(evs: list[dict]) -> dict[str, tuple]:
+    with Engine(load_settings(environ={})) as e:
+        for ev in evs:
+            e.process(ev)
+        return {c.id: (c.size, c.canonical, tuple(c.members)) for c in e.clusters()}
+
+
+def test_clusters_count_copies_pick_the_highest_rank_and_follow_revisions():
+    text = "全省外贸进出口总额同比增长百分之八点五，其中出口增长百分之十点二，进口增长百分之六点三，贸易结构持续优化。"
+    copies = [{"id": f"copy-{i}", "text": text + "（转载）" * (i % 2), "ts": 2000 + i, "rank": r}
+              for i, r in enumerate([1, 7, 3])]
+    original = {"id": "orig", "text": text, "ts": 1000, "rank": 2}
+    # the original arrives last: every copy was first a member of copy-0's cluster or its own, and
+    # the revisions move them all under "orig"
+    got = clusters_of(copies + [original])
+    assert got == {"orig": (4, "copy-1", ("copy-0", "copy-1", "copy-2"))}
+    assert clusters_of([original] + copies) == got
+    rng = random.Random(3)
+    for _ in range(10):
+        evs = copies + [original]
+        rng.shuffle(evs)
+        assert clusters_of(evs) == got
+    # without ranks the canonical page is the original
+    plain = [{k: v for k, v in ev.items() if k != "rank"} for ev in copies + [original]]
+    assert clusters_of(plain)["orig"][:2] == (4, "orig")
+
+
+def test_sample_clusters_and_order_independence():
+    evs = events()
+    reference = clusters_of(evs)
+    assert len(reference) >= 8 and all(size >= 2 for size, _, _ in reference.values())
+    rng = random.Random(7)
+    for _ in range(5):
+        shuffled = evs[:]
+        rng.shuffle(shuffled)
+        assert clusters_of(shuffled) == reference

@@ -13,6 +13,7 @@ from stream_dedup.core.engine import Engine
 SCHEMAS = Path(__file__).resolve().parents[2] / "topics" / "schemas"
 PAGE = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "page_event.schema.json").read_text()))
 VERDICT = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "verdict.schema.json").read_text()))
+CLUSTER = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "cluster.schema.json").read_text()))
 
 values = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
                    st.text(max_size=20), st.lists(st.integers(), max_size=2))
@@ -40,6 +41,9 @@ def test_every_verdict_matches_the_verdict_schema():
         out = []
         for line in (SCHEMAS.parents[1] / "examples" / "sample.jsonl").read_text(encoding="utf-8").splitlines():
             out += e.process(line)
-    assert out
+        clusters = [c.to_dict() for c in e.clusters()]
+    assert out and clusters
     for v in out:
         VERDICT.validate(v.to_dict())
+    for c in clusters:
+        CLUSTER.validate(c)

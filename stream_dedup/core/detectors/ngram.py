@@ -50,7 +50,7 @@ class NgramDetector(Detector):
     name = "ngram"
     code = 2
 
-    def __init__(self, tokenizer: "WordTokenizer", *, m: int = 4, w: int = 8, threshold: float = 0.6,
+    def __init__(self, tokenizer: "WordTokenizer", *, m: int = 4, w: int = 8, threshold: float = 0.7,
                  edit_threshold: float = 0.8, max_chars: int | None = None):
         self.tokenizer = tokenizer
         self.m = m
