@@ -107,6 +107,7 @@ class BucketIndex:
         self.window = window
         self.max_bucket = max_bucket
         self.watermark: int | None = None
+        self.observe: Callable[[int], None] | None = None  # bucket bytes after each write (metrics)
 
     @staticmethod
     def bucket_key(det: int, key: int) -> bytes:
@@ -167,6 +168,8 @@ class BucketIndex:
             new = merge_entry(raw, me, cutoff, self.max_bucket)
             if new != raw:
                 self.data[bk] = new
+            if self.observe is not None:
+                self.observe(len(new))
 
     def sweep(self, before_ts: int) -> int:
         """Drop every entry older than before_ts, and payloads no bucket refers to; return entries dropped.

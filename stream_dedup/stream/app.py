@@ -34,6 +34,7 @@ from ..core.exact import ExactStore
 from ..core.index import BucketIndex
 from ..core.stages import DecideStage, IndexStage, JsonStates, Prepared, Preparer, Probe, ToDecide, exact_stage
 from .credentials import faust_credentials
+from .metrics import Metrics
 from .watchdog import EXIT_STALLED, StallDetector
 
 log = logging.getLogger("stream_dedup.worker")
@@ -133,6 +134,9 @@ def build_app(settings: Settings) -> faust.App:
     index_stage = IndexStage(BucketIndex(TableMapping(index_t), window=window), preparer.detectors)
     decide = DecideStage(JsonStates(TableMapping(decide_t)))
     counts: Counter[str] = Counter()
+    metrics = Metrics()
+    index_stage.index.observe = metrics.bucket_bytes.observe
+    stall_state: dict[str, Any] = {"stalled": None}
     pending: dict[str, tuple[float, int]] = {}  # doc id -> (first seen, answers partition)
     stalls = StallDetector(w.stall_timeout_s)
     stream_topics = {pages.get_topic_name(), fingerprints.get_topic_name(), probes.get_topic_name(),
@@ -157,25 +161,31 @@ def build_app(settings: Settings) -> faust.App:
         async for event in stream.events():
             msg = event.message
             counts["in"] += 1
+            metrics.events_in.inc()
+            t0 = time.perf_counter()
             try:
                 p = preparer.prepare(event.value if event.value is not None else b"", default_ts=msg.timestamp
                                      and int(msg.timestamp * 1000))
             except Rejected as e:
                 counts[f"dlq.{e.reason}"] += 1
                 counts["dlq"] += 1
+                metrics.dlq.labels(e.reason).inc()
                 raw = event.value or b""
                 await dlq.send(key=msg.key, value=json.dumps({
                     "reason": e.reason, "detail": e.detail[:1000], "original_b64": base64.b64encode(raw).decode(),
                     "topic": msg.topic, "partition": msg.partition, "offset": msg.offset}).encode())
                 continue
             counts["prepared"] += 1
+            metrics.stage_seconds.labels("prepare").observe(time.perf_counter() - t0)
             await fingerprints.send(key=p.digest, value=p.to_bytes())
 
     @app.agent(fingerprints)
     async def exact(stream):
         async for event in stream.events():
+            t0 = time.perf_counter()
             p = Prepared.from_bytes(event.value)
             msgs, probe_list = exact_stage(exact_store(event.message.partition), p, n)
+            metrics.stage_seconds.labels("exact").observe(time.perf_counter() - t0)
             counts["exact.in"] += 1
             counts["exact.copies"] += 0 if probe_list or not msgs[0].cand else 1
             for pr in probe_list:
@@ -191,18 +201,26 @@ def build_app(settings: Settings) -> faust.App:
                 log.error("probe for partition %d arrived on %d: partition counts differ", pr.partition,
                           event.message.partition)
             counts["index.probes"] += 1
-            await to_decide(index_stage.process(pr))
+            t0 = time.perf_counter()
+            before = index_stage.candidates
+            out = index_stage.process(pr)
+            metrics.stage_seconds.labels("index").observe(time.perf_counter() - t0)
+            metrics.candidates.inc(index_stage.candidates - before)
+            await to_decide(out)
 
     @app.agent(answers)
     async def decide_agent(stream):
         async for event in stream.events():
             m = ToDecide.from_bytes(event.value)
             counts[f"decide.{m.kind}"] += 1
+            t0 = time.perf_counter()
             v = decide.apply(m)
+            metrics.stage_seconds.labels("decide").observe(time.perf_counter() - t0)
             await to_decide(decide.outbox)  # cluster joins/leaves, keyed by the original's id
             if decide.cluster is not None:
                 c = decide.cluster
                 counts["clusters"] += 1
+                metrics.clusters.inc()
                 await clusters.send(key=c.id.encode("utf-8", "surrogatepass"),
                                     value=json.dumps(c.to_dict(), ensure_ascii=False).encode())
             if m.kind in ("join", "leave"):
@@ -219,6 +237,9 @@ def build_app(settings: Settings) -> faust.App:
             counts["verdicts"] += 1
             counts["revisions"] += v.revision > 0
             counts[f"verdict.{v.verdict}" + (f".{v.match}" if v.match else "")] += 1
+            metrics.verdicts.labels(v.verdict, v.match or "", v.detector or "").inc()
+            if v.revision > 0:
+                metrics.revisions.inc()
             await verdicts.send(key=key, value=body)
             await (unique if v.verdict == "unique" else duplicate).send(key=key, value=body)
 
@@ -241,12 +262,17 @@ def build_app(settings: Settings) -> faust.App:
         for tp in tps:
             read = consumer._read_offset.get(tp)
             positions[tp] = (read + 1 if read is not None else consumer._committed_offset.get(tp), ends.get(tp))
+        metrics.lag.clear()
+        for tp, (pos, end) in positions.items():
+            metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, (end or 0) - (pos or 0)))
+        metrics.assigned.set(len(tps))
         stalled = stalls.observe(now, positions)
         if stalled:
             stall_exit("; ".join(f"{tp.topic}[{tp.partition}] lag {lag}, no progress for {idle:.0f} s"
                                  for tp, lag, idle in stalled))
 
     def stall_exit(why: str) -> None:
+        stall_state["stalled"] = why
         log.error("stalled: %s. Stopping with exit code %d so that the supervisor restarts this worker "
                   "(it rejoins the group and resumes from committed offsets; nothing is lost).", why, EXIT_STALLED)
         app.stream_dedup_exit_code = EXIT_STALLED  # type: ignore[attr-defined]
@@ -262,6 +288,7 @@ def build_app(settings: Settings) -> faust.App:
         for i in [i for i, (_, part) in pending.items() if part not in owned]:
             del pending[i]  # its partition moved: the new owner waits for it now
         stale = [i for i, (t0, _) in pending.items() if time.monotonic() - t0 > 60]
+        gauges()
         if stale:
             log.warning("%d documents wait for probe answers for over 60 s (e.g. %s)", len(stale), stale[:5])
         counts["pending"] = len(pending)
@@ -273,6 +300,39 @@ def build_app(settings: Settings) -> faust.App:
             {"worker": worker_id, "at": time.time(), "uptime_s": round(time.time() - started, 1),
              "counts": snapshot, "assigned": assigned}).encode())
 
+    def gauges() -> None:
+        metrics.pending.set(len(pending))
+        metrics.up.set(0 if app.rebalancing else 1)
+        clock = max((st.watermark or 0 for st in exact_by_part.values()), default=0)
+        metrics.bloom_fill.clear()
+        metrics.bloom_fp.clear()
+        for part, st in exact_by_part.items():
+            metrics.bloom_fill.labels(str(part)).set(st.bloom.live_fraction(clock))
+            metrics.bloom_fp.labels(str(part)).set(st.bloom.estimated_fp_rate(clock))
+        metrics.bloom_false_hits.set(sum(st.bloom_fp for st in exact_by_part.values()))
+        tables = Path(app.conf.tabledir)
+        for name in ("exact", "index", "decide"):
+            metrics.state_bytes.labels(name).set(sum(f.stat().st_size for d in tables.glob(f"{name}-*.db")
+                                                     for f in d.rglob("*") if f.is_file()))
+
+    @app.page("/metrics")
+    async def metrics_page(web, request):
+        gauges()
+        return web.bytes(metrics.render(), content_type="text/plain")  # Prometheus text format 0.0.4
+
+    @app.page("/healthz")
+    async def healthz(web, request):
+        """Liveness: fails once the stall watchdog fired (the process is on its way out)."""
+        stalled = stall_state["stalled"]
+        return web.json({"ok": stalled is None, "stalled": stalled}, status=200 if stalled is None else 503)
+
+    @app.page("/ready")
+    async def ready(web, request):
+        """Readiness: not rebalancing or restoring tables."""
+        rebalancing = bool(app.rebalancing)
+        return web.json({"ready": not rebalancing}, status=503 if rebalancing else 200)
+
+    app.stream_dedup_metrics = metrics  # type: ignore[attr-defined]
     app.stream_dedup_exit_code = 0  # type: ignore[attr-defined]
     app.stream_dedup_counts = counts  # type: ignore[attr-defined]
     app.stream_dedup_pending = pending  # type: ignore[attr-defined]

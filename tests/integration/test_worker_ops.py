@@ -3,9 +3,14 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
 
 import pytest
 
@@ -37,15 +42,72 @@ def test_exactly_once_mode_on_the_single_node_broker(kafka_settings, tmp_path):
     assert {i: key_of(v) for i, v in got.items()} == expected
 
 
-def test_status_shows_lag_owners_and_worker_counts_then_sigterm_is_graceful(kafka_settings, tmp_path):
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def samples(text: str) -> dict[tuple, float]:
+    """(metric sample name, sorted labels) -> value."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def value(m: dict, name: str, **labels) -> float:
+    return m.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def total(m: dict, name: str, **labels) -> float:
+    return sum(v for (n, ls), v in m.items() if n == name and all((k, x) in ls for k, x in labels.items()))
+
+
+def check_metrics(port: int, n_events: int, settings) -> None:
+    status, text = get(f"http://127.0.0.1:{port}/metrics")
+    assert status == 200
+    m = samples(text)
+    assert value(m, "stream_dedup_events_in_total") == n_events + 2
+    assert value(m, "stream_dedup_dlq_total", reason="not_json") == 1
+    assert value(m, "stream_dedup_dlq_total", reason="missing_text") == 1
+    assert total(m, "stream_dedup_verdicts_total", verdict="unique") >= 1
+    assert total(m, "stream_dedup_verdicts_total", verdict="duplicate", match="near", detector="ngram") >= n_events - 1
+    assert total(m, "stream_dedup_verdicts_total") == (total(m, "stream_dedup_verdicts_total", verdict="unique")
+                                                       + total(m, "stream_dedup_verdicts_total", verdict="duplicate"))
+    for stage in ("prepare", "exact"):
+        assert value(m, "stream_dedup_stage_seconds_count", stage=stage) == n_events, stage
+    assert value(m, "stream_dedup_stage_seconds_count", stage="index") >= n_events
+    assert value(m, "stream_dedup_stage_seconds_count", stage="decide") >= 2 * n_events
+    assert value(m, "stream_dedup_bucket_bytes_count") > 0
+    assert value(m, "stream_dedup_state_bytes", table="index") > 0
+    assert value(m, "stream_dedup_pending_documents") == 0
+    assert value(m, "stream_dedup_worker_ready") == 1
+    assert total(m, "stream_dedup_bloom_fill_ratio") > 0
+    assert 0 <= total(m, "stream_dedup_bloom_fp_rate_estimate") < 0.01
+    lags = {ls: v for (n, ls), v in m.items() if n == "stream_dedup_consumer_lag"}
+    pages = [v for ls, v in lags.items() if ("topic", settings.topics.pages) in ls]
+    assert len(pages) == 3 and all(v == 0 for v in pages), lags
+    assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+    assert get(f"http://127.0.0.1:{port}/ready")[0] == 200
+
+
+def test_status_metrics_lag_owners_and_worker_counts_then_sigterm_is_graceful(kafka_settings, tmp_path):
     events = [{"id": f"s{i}", "text": f"第{i}条测试短信，欢迎参加周末的读书分享会，地点在市图书馆三楼", "ts": 1000 + i}
               for i in range(200)]
     kafka_settings.topics.partitions = 3
     apply(kafka_settings)
     workers = Workers(kafka_settings, tmp_path)
+    port = free_port()
     try:
-        workers.start("w0")
-        produce_events(kafka_settings, events)
+        workers.start("w0", STREAM_DEDUP_WORKER__WEB_PORT=str(port))
+        produce_events(kafka_settings, events, extra_raw=[b"{oops", b'{"id": "no-text"}'])
         got = latest(read_all(kafka_settings, kafka_settings.topics.verdicts,
                               until=lambda ms: len(latest(ms)) >= len(events), timeout=300))
         assert len(got) == len(events)
@@ -59,13 +121,14 @@ def test_status_shows_lag_owners_and_worker_counts_then_sigterm_is_graceful(kafk
         assert st["group"] == kafka_settings.worker.app_id
         pages = [p for p in st["partitions"] if p["topic"] == kafka_settings.topics.pages]
         assert len(pages) == 3 and all(p["lag"] == 0 and p["owner"] for p in pages)
-        assert len(st["workers"]) == 1 and st["workers"][0]["counts"]["in"] == len(events)
+        assert len(st["workers"]) == 1 and st["workers"][0]["counts"]["in"] == len(events) + 2
         assert st["workers"][0]["counts"]["verdicts"] >= len(events)
+        check_metrics(port, len(events), kafka_settings)
         t0 = time.time()
         assert workers.stop("w0", signal.SIGTERM) == 0
         assert time.time() - t0 < 30
         # restart: the same worker state and offsets; new events are judged against the old ones
-        workers.start("w0")
+        workers.start("w0", STREAM_DEDUP_WORKER__WEB_PORT=str(port))
         produce_events(kafka_settings, [{"id": "late-copy", "text": events[5]["text"], "ts": 5000}])
         got = latest(read_all(kafka_settings, kafka_settings.topics.verdicts,
                               until=lambda ms: "late-copy" in latest(ms), timeout=300))
