@@ -82,3 +82,95 @@ def worker_reports(settings: Settings, timeout: float = 10.0, max_age_s: float =
     finally:
         c.close()
     return sorted((r for r in latest.values() if time.time() - r["at"] < max_age_s), key=lambda r: r["worker"])
+
+
+def _read_tail(settings: Settings, topic: str, per_partition: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """The last ``per_partition`` JSON messages of every partition of a topic, in offset order per partition."""
+    import json
+
+    from confluent_kafka import TopicPartition
+
+    c = consumer(settings, f"{settings.worker.app_id}-status-page")
+    out: list[dict[str, Any]] = []
+    try:
+        md = c.list_topics(topic, timeout=timeout).topics.get(topic)
+        if md is None or md.error is not None:
+            return []
+        ends = {}
+        assign = []
+        for p in md.partitions:
+            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            if hi > lo:
+                ends[p] = hi
+                assign.append(TopicPartition(topic, p, max(lo, hi - per_partition)))
+        if not assign:
+            return []
+        c.assign(assign)
+        done: set[int] = set()
+        deadline = time.time() + timeout
+        while len(done) < len(ends) and time.time() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            try:
+                out.append(json.loads(m.value()))
+            except ValueError:
+                pass
+            if m.offset() >= ends[m.partition()] - 1:
+                done.add(m.partition())
+    finally:
+        c.close()
+    return out
+
+
+def throughput_history(reports: list[dict[str, Any]], step_s: float = 10.0) -> list[dict[str, float]]:
+    """Group-wide rates over time from the workers' cumulative count reports.
+
+    Each worker reports its counts every 10 s; the rate between two consecutive reports of one worker
+    is summed with the other workers' rates in the same time step. A restarted worker (counts going
+    down) contributes nothing for that step.
+    """
+    last: dict[str, dict[str, Any]] = {}
+    steps: dict[int, dict[str, float]] = {}
+    for r in sorted(reports, key=lambda r: r["at"]):
+        prev = last.get(r["worker"])
+        last[r["worker"]] = r
+        if prev is None or r["at"] <= prev["at"]:
+            continue
+        dt = r["at"] - prev["at"]
+        c, p = r["counts"], prev["counts"]
+        d_in = c.get("in", 0) - p.get("in", 0)
+        if d_in < 0:
+            continue
+        dup = sum(v for k, v in c.items() if k.startswith("verdict.duplicate")) - \
+            sum(v for k, v in p.items() if k.startswith("verdict.duplicate"))
+        ver = c.get("verdicts", 0) - p.get("verdicts", 0)
+        s = steps.setdefault(int(r["at"] // step_s), {"in": 0.0, "verdicts": 0.0, "duplicates": 0.0})
+        s["in"] += d_in / dt
+        s["verdicts"] += max(0, ver) / dt
+        s["duplicates"] += max(0, dup) / dt
+    return [{"t": k * step_s, "in_per_s": round(v["in"], 2), "verdicts_per_s": round(v["verdicts"], 2),
+             "duplicate_rate": round(v["duplicates"] / v["verdicts"], 4) if v["verdicts"] else 0.0}
+            for k, v in sorted(steps.items())]
+
+
+def largest_clusters(records: list[dict[str, Any]], n: int = 10) -> list[dict[str, Any]]:
+    latest: dict[str, dict[str, Any]] = {}
+    for r in records:
+        latest[r["id"]] = r
+    return sorted((r for r in latest.values() if r.get("size", 1) > 1), key=lambda r: (-r["size"], r["id"]))[:n]
+
+
+def page_status(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
+    """Everything the status page shows, from Kafka alone, so any worker can serve it for the group."""
+    group = group_status(settings, timeout)
+    reports = _read_tail(settings, f"{settings.topics.internal_prefix}.status", 2000, timeout)
+    clusters = _read_tail(settings, settings.topics.clusters, 5000, timeout)
+    dlq: dict[str, int] = {}
+    for w in group["workers"]:
+        for k, v in w["counts"].items():
+            if k.startswith("dlq."):
+                dlq[k[4:]] = dlq.get(k[4:], 0) + v
+    group.pop("text", None)
+    return {**group, "history": throughput_history(reports), "clusters": largest_clusters(clusters),
+            "dlq_reasons": dict(sorted(dlq.items(), key=lambda kv: -kv[1])), "generated_at": time.time()}

@@ -95,6 +95,10 @@ def validate(event: dict, default_ts: int | None = None, limits: Limits = Limits
     ident = str(ident)
     if not ident or len(ident) > 1024:
         raise Rejected("bad_id", "id must have 1 to 1024 characters")
+    try:
+        ident.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Rejected("bad_id", "id is not valid Unicode (a lone surrogate escape)") from None
     text = _str_field(event, "text")
     html = _str_field(event, "html")
     _str_field(event, "title")

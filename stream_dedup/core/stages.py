@@ -25,6 +25,7 @@ from .verdict import MAX_MEMBERS, Candidate, Cluster, DocState, Verdict
 if TYPE_CHECKING:
     from ..config import Settings
 
+SNIPPET_CHARS = 60
 _GOLDEN = 0x9E3779B97F4A7C15
 _M64 = (1 << 64) - 1
 
@@ -59,17 +60,18 @@ class Prepared:
     kind: str
     sketches: list[tuple[int, tuple[int, ...], bytes]]  # (detector code, keys, payload)
     rank: float | None = None
+    snippet: str = ""  # the start of the normalized text: the sample a cluster record shows
 
     def to_bytes(self) -> bytes:
         return json.dumps({"id": self.id, "ts": self.ts, "d": _b64(self.digest), "k": self.kind,
-                           "s": [[c, list(k), _b64(p)] for c, k, p in self.sketches], "r": self.rank},
-                          separators=(",", ":")).encode()
+                           "s": [[c, list(k), _b64(p)] for c, k, p in self.sketches], "r": self.rank,
+                           "x": self.snippet}, separators=(",", ":")).encode()
 
     @classmethod
     def from_bytes(cls, b: bytes) -> "Prepared":
         d = json.loads(b)
         return cls(d["id"], d["ts"], _unb64(d["d"]), d["k"], [(c, tuple(k), _unb64(p)) for c, k, p in d["s"]],
-                   d.get("r"))
+                   d.get("r"), d.get("x", ""))
 
 
 @dataclass
@@ -111,6 +113,7 @@ class ToDecide:
     part: int | None = None
     rank: float | None = None
     member: list | None = None
+    snippet: str | None = None
 
     def to_bytes(self) -> bytes:
         d = {"t": self.kind, "id": self.id, "ts": self.ts, "c": self.cand.to_list() if self.cand else None,
@@ -119,13 +122,15 @@ class ToDecide:
             d["r"] = self.rank
         if self.member is not None:
             d["m"] = self.member
+        if self.snippet:
+            d["x"] = self.snippet
         return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
     def from_bytes(cls, b: bytes) -> "ToDecide":
         d = json.loads(b)
         return cls(d["t"], d["id"], d["ts"], Candidate.from_list(d["c"]) if d["c"] else None, d["n"], d["p"],
-                   d.get("r"), d.get("m"))
+                   d.get("r"), d.get("m"), d.get("x"))
 
 
 # ------------------------------------------------------------------------------------ prepare
@@ -154,7 +159,7 @@ class Preparer:
                 s = det.sketch(doc)
                 if s is not None and s.keys:
                     sketches.append((det.code, s.keys, s.payload))
-        return Prepared(doc.id, doc.ts, doc.digest, doc.kind, sketches, doc.rank)
+        return Prepared(doc.id, doc.ts, doc.digest, doc.kind, sketches, doc.rank, doc.text[:SNIPPET_CHARS])
 
     def prepare(self, raw: bytes | str | dict, default_ts: int | None = None) -> Prepared:
         """Raises Rejected with a reason code for anything that cannot be judged."""
@@ -180,13 +185,14 @@ def exact_stage(store: ExactStore, p: Prepared, partitions: int) -> tuple[list[T
     probes: list[Probe] = []
     if out.first:
         probes = route_probes(p, partitions)
-        msgs.append(ToDecide("expect", p.id, p.ts, None, expected=len(probes), rank=p.rank))
+        msgs.append(ToDecide("expect", p.id, p.ts, None, expected=len(probes), rank=p.rank, snippet=p.snippet))
         me = Candidate(p.ts, p.id, "exact", "exact", 1.0, 0, -1)
         msgs += [ToDecide("offer", ident, ts, me) for ts, ident in out.revise]
     else:
         assert out.original is not None
         msgs.append(ToDecide("expect", p.id, p.ts, Candidate(out.original[0], out.original[1], "exact", "exact",
-                                                             1.0, 0, -1), expected=0, rank=p.rank))
+                                                             1.0, 0, -1), expected=0, rank=p.rank,
+                                  snippet=p.snippet))
     return msgs, probes
 
 
@@ -280,6 +286,8 @@ class DecideStage:
             st.expected = msg.expected
             if msg.rank is not None:
                 st.rank = msg.rank
+            if msg.snippet:
+                st.snippet = msg.snippet
             st.offer(msg.cand)
         elif msg.kind == "answer":
             assert msg.part is not None

@@ -72,6 +72,7 @@ class DocState:
     rank: float | None = None
     members: dict[str, list] = field(default_factory=dict)  # duplicate id -> [ts, rank] (see Cluster)
     extra: int = 0  # members beyond MAX_MEMBERS, counted only
+    snippet: str = ""  # start of the text, for cluster records
 
     @property
     def complete(self) -> bool:
@@ -114,7 +115,7 @@ class DocState:
         canonical = min(everyone, key=lambda i: (-(everyone[i][1] if everyone[i][1] is not None else float("-inf")),
                                                  everyone[i][0], i)) if everyone else self.id
         sample = sorted(self.members, key=lambda i: (self.members[i][0], i))[:10]
-        return Cluster(self.id, 1 + len(self.members) + self.extra, canonical, sample, self.ts)
+        return Cluster(self.id, 1 + len(self.members) + self.extra, canonical, sample, self.ts, self.snippet)
 
     # --- persistence (decide's state store / changelog)
     def to_json(self) -> dict[str, Any]:
@@ -126,6 +127,8 @@ class DocState:
             d["rank"] = self.rank
         if self.members or self.extra:
             d["members"], d["extra"] = self.members, self.extra
+        if self.snippet:
+            d["snippet"] = self.snippet
         return d
 
     @classmethod
@@ -134,7 +137,7 @@ class DocState:
                    Candidate.from_list(d["exact"]) if d["exact"] else None,
                    Candidate.from_list(d["near"]) if d["near"] else None, d["revision"],
                    tuple(d["emitted"]) if d["emitted"] else None, d.get("rank"), d.get("members", {}),
-                   d.get("extra", 0))
+                   d.get("extra", 0), d.get("snippet", ""))
 
 
 MAX_MEMBERS = 256
@@ -151,6 +154,8 @@ class Cluster:
     canonical: str
     members: list[str]  # up to 10 duplicates, earliest first
     ts: int | None
+    text: str = ""  # the start of the original's normalized text
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "size": self.size, "canonical": self.canonical, "members": self.members, "ts": self.ts}
+        return {"id": self.id, "size": self.size, "canonical": self.canonical, "members": self.members, "ts": self.ts,
+                "text": self.text}

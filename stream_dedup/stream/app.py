@@ -99,6 +99,9 @@ def build_app(settings: Settings) -> faust.App:
         stream_wait_empty=False,
         table_cleanup_interval=60.0,
         table_standby_replicas=w.standby_replicas,
+        # no table contents or request routing over HTTP: the port serves metrics and status only
+        web_tables_enabled=False,
+        web_router_enabled=False,
     )
 
     def topic(name: str, partitions: int | None = n, compacted: bool = False) -> faust.TopicT:
@@ -319,6 +322,32 @@ def build_app(settings: Settings) -> faust.App:
     async def metrics_page(web, request):
         gauges()
         return web.bytes(metrics.render(), content_type="text/plain")  # Prometheus text format 0.0.4
+
+    web_dir = Path(__file__).parent / "web"
+    static = {"uPlot.iife.min.js": "application/javascript", "uPlot.min.css": "text/css"}
+    page_cache: dict[str, Any] = {"at": 0.0, "body": None}
+
+    @app.page("/status")
+    async def status_page(web, request):
+        return web.html((web_dir / "status.html").read_text(encoding="utf-8"))
+
+    @app.page("/static/{name}")
+    async def static_file(web, request, name: str):
+        if name not in static:  # a fixed list: request paths never reach the file system
+            return web.text("not found", status=404)
+        return web.bytes((web_dir / "vendor" / name).read_bytes(), content_type=static[name])
+
+    @app.page("/status.json")
+    async def status_json(web, request):
+        """The group's status from Kafka (lag, owners, worker reports, history, clusters); cached 5 s."""
+        import asyncio
+
+        from ..status import page_status
+
+        if page_cache["body"] is None or time.monotonic() - page_cache["at"] > 5:
+            body = await asyncio.get_running_loop().run_in_executor(None, page_status, settings)
+            page_cache.update(at=time.monotonic(), body=body)
+        return web.json(page_cache["body"])
 
     @app.page("/healthz")
     async def healthz(web, request):

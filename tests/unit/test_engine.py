@@ -72,6 +72,7 @@ def test_exact_beats_an_earlier_near_match():
 @pytest.mark.parametrize("raw,reason", [
     (b"{not json", "not_json"), (b"\xff\xfe", "bad_utf8"), (b"[1,2]", "not_object"),
     (b'{"text": "x"}', "missing_id"), (b'{"id": true, "text": "x"}', "bad_id"),
+    (b'{"id": "a\\ud800", "text": "x"}', "bad_id"),
     (b'{"id": "a"}', "missing_text"), (b'{"id": "a", "text": 5}', "bad_text"),
     (b'{"id": "a", "text": "x", "ts": "yesterday"}', "bad_ts"), (b'{"id": "a", "text": " \\u200b "}', "empty_text"),
 ])
