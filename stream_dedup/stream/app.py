@@ -33,7 +33,9 @@ from ..core.document import Rejected
 from ..core.exact import ExactStore
 from ..core.index import BucketIndex
 from ..core.stages import DecideStage, IndexStage, JsonStates, Prepared, Preparer, Probe, ToDecide, exact_stage
+from ..kafka_io import client_config
 from .credentials import faust_credentials
+from .gaps import GapFiller, confluent_fetch
 from .metrics import Metrics
 from .watchdog import EXIT_STALLED, StallDetector
 
@@ -142,6 +144,13 @@ def build_app(settings: Settings) -> faust.App:
     stall_state: dict[str, Any] = {"stalled": None}
     pending: dict[str, tuple[float, int]] = {}  # doc id -> (first seen, answers partition)
     stalls = StallDetector(w.stall_timeout_s)
+
+    def filled(topic_name: str, k: int) -> None:
+        counts["gap.refetched"] += k
+        metrics.gaps.labels(topic_name).inc(k)
+
+    gaps = (GapFiller(confluent_fetch(client_config(settings)), on_fill=filled)
+            if w.processing_guarantee == "at_least_once" else None)
     stream_topics = {pages.get_topic_name(), fingerprints.get_topic_name(), probes.get_topic_name(),
                      answers.get_topic_name()}
     rebalancing_since: list[float] = []
@@ -159,21 +168,28 @@ def build_app(settings: Settings) -> faust.App:
         for m in msgs:
             await answers.send(key=m.id.encode("utf-8", "surrogatepass"), value=m.to_bytes())
 
-    @app.agent(pages)
-    async def prepare(stream):
+    async def each(stream):
+        """The stream's messages, preceded by any the stream skipped (see ``gaps``)."""
         async for event in stream.events():
             msg = event.message
+            if gaps is not None:
+                for missed in await gaps.missing(msg.topic, msg.partition, msg.offset):
+                    yield missed
+            yield msg
+
+    @app.agent(pages)
+    async def prepare(stream):
+        async for msg in each(stream):
             counts["in"] += 1
             metrics.events_in.inc()
             t0 = time.perf_counter()
+            raw = msg.value if msg.value is not None else b""
             try:
-                p = preparer.prepare(event.value if event.value is not None else b"", default_ts=msg.timestamp
-                                     and int(msg.timestamp * 1000))
+                p = preparer.prepare(raw, default_ts=msg.timestamp and int(msg.timestamp * 1000))
             except Rejected as e:
                 counts[f"dlq.{e.reason}"] += 1
                 counts["dlq"] += 1
                 metrics.dlq.labels(e.reason).inc()
-                raw = event.value or b""
                 await dlq.send(key=msg.key, value=json.dumps({
                     "reason": e.reason, "detail": e.detail[:1000], "original_b64": base64.b64encode(raw).decode(),
                     "topic": msg.topic, "partition": msg.partition, "offset": msg.offset}).encode())
@@ -184,10 +200,10 @@ def build_app(settings: Settings) -> faust.App:
 
     @app.agent(fingerprints)
     async def exact(stream):
-        async for event in stream.events():
+        async for msg in each(stream):
             t0 = time.perf_counter()
-            p = Prepared.from_bytes(event.value)
-            msgs, probe_list = exact_stage(exact_store(event.message.partition), p, n)
+            p = Prepared.from_bytes(msg.value)
+            msgs, probe_list = exact_stage(exact_store(msg.partition), p, n)
             metrics.stage_seconds.labels("exact").observe(time.perf_counter() - t0)
             counts["exact.in"] += 1
             counts["exact.copies"] += 0 if probe_list or not msgs[0].cand else 1
@@ -198,11 +214,11 @@ def build_app(settings: Settings) -> faust.App:
 
     @app.agent(probes)
     async def index(stream):
-        async for event in stream.events():
-            pr = Probe.from_bytes(event.value)
-            if pr.partition != event.message.partition:
+        async for msg in each(stream):
+            pr = Probe.from_bytes(msg.value)
+            if pr.partition != msg.partition:
                 log.error("probe for partition %d arrived on %d: partition counts differ", pr.partition,
-                          event.message.partition)
+                          msg.partition)
             counts["index.probes"] += 1
             t0 = time.perf_counter()
             before = index_stage.candidates
@@ -213,8 +229,8 @@ def build_app(settings: Settings) -> faust.App:
 
     @app.agent(answers)
     async def decide_agent(stream):
-        async for event in stream.events():
-            m = ToDecide.from_bytes(event.value)
+        async for msg in each(stream):
+            m = ToDecide.from_bytes(msg.value)
             counts[f"decide.{m.kind}"] += 1
             t0 = time.perf_counter()
             v = decide.apply(m)
@@ -230,7 +246,7 @@ def build_app(settings: Settings) -> faust.App:
                 continue
             st = decide.last
             if st is not None and not st.complete:
-                pending.setdefault(m.id, (time.monotonic(), event.message.partition))
+                pending.setdefault(m.id, (time.monotonic(), msg.partition))
             else:
                 pending.pop(m.id, None)
             if v is None:

@@ -28,6 +28,8 @@ class Metrics:
                                  registry=r)
         self.dlq = Counter("stream_dedup_dlq", "events sent to the dead-letter topic", ["reason"], registry=r)
         self.clusters = Counter("stream_dedup_cluster_updates", "cluster records published", registry=r)
+        self.gaps = Counter("stream_dedup_gap_refetched", "messages the stream skipped and the worker re-read",
+                            ["topic"], registry=r)
         self.stage_seconds = Histogram("stream_dedup_stage_seconds", "processing time of one message per stage",
                                        ["stage"], buckets=_LATENCY_BUCKETS, registry=r)
         self.bucket_bytes = Histogram("stream_dedup_bucket_bytes", "size of a bucket after a write",

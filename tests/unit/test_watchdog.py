@@ -39,3 +39,40 @@ def test_reset_and_unassigned_partitions():
     d2 = StallDetector(timeout_s=1)
     d2.observe(0, {"x": (None, 3)})
     assert d2.observe(2, {"x": (None, 3)})[0][1] == 3
+
+
+def test_gap_tracker_reports_skipped_ranges_not_replays_or_ownership_changes():
+    from stream_dedup.stream.gaps import GapTracker
+
+    g = GapTracker(max_fill=100)
+    assert [g.gap("t", 4, o) for o in (0, 1, 2, 3)] == [None] * 4
+    assert g.gap("t", 4, 5) == (4, 5)  # offset 4 never came
+    assert g.gap("t", 4, 6) is None
+    assert g.gap("t", 5, 10) is None  # first offset seen on a partition: nothing to compare
+    assert g.gap("t", 4, 2) is None  # a replay after a rebalance goes backwards: new position
+    assert g.gap("t", 4, 3) is None
+    assert g.gap("t", 4, 500) is None  # far ahead: another worker owned it meanwhile
+
+
+def test_gap_filler_processes_the_missing_messages_first():
+    import asyncio
+
+    from stream_dedup.stream.gaps import GapFiller, Msg
+
+    log = []
+
+    def fetch(topic, partition, first, end):
+        log.append((topic, partition, first, end))
+        return [Msg(topic, partition, o, None, b"x", None) for o in range(first - 1, end + 1)]  # extra: dropped
+
+    filled = []
+    f = GapFiller(fetch, on_fill=lambda t, k: filled.append((t, k)))
+
+    async def run():
+        out = []
+        for o in (7, 8, 12):
+            out.append([m.offset for m in await f.missing("pages", 1, o)])
+        return out
+
+    assert asyncio.run(run()) == [[], [], [9, 10, 11]]
+    assert log == [("pages", 1, 9, 12)] and filled == [("pages", 3)]
