@@ -1,0 +1,82 @@
+"""The short-text (n-gram) and MinHash detectors on real Chinese text (the project's sample)."""
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stream_dedup.config import Settings
+from stream_dedup.core.detectors.ngram import winnow
+from stream_dedup.core.minhash import MinHasher, jaccard_estimate
+from stream_dedup.core.stages import Preparer
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = {e["id"]: e for e in map(json.loads, (REPO / "examples" / "sample.jsonl").read_text("utf-8").splitlines())}
+
+
+@pytest.fixture(scope="module")
+def prep():
+    return Preparer(Settings())
+
+
+def det(prep, name):
+    return next(d for d in prep.detectors if d.name == name)
+
+
+def doc(prep, text, i="x"):
+    return prep.document({"id": i, "text": text, "ts": 1})
+
+
+def test_ngram_emits_a_handful_of_keys_and_survives_campaign_noise(prep):
+    ng = det(prep, "ngram")
+    sms = SAMPLE["sms-0"]["text"]
+    s = ng.sketch(doc(prep, sms))
+    grams = len(sms) - ng.m + 1
+    assert 2 <= len(s.keys) <= 2 * grams / (ng.w + 1) + 2  # winnowing density, not one key per gram
+    noisy = ng.sketch(doc(prep, SAMPLE["sms-0-noise"]["text"]))
+    assert set(s.keys) & set(noisy.keys)
+    assert ng.verify(s.payload, noisy.payload) is not None
+    other = ng.sketch(doc(prep, SAMPLE["sms-2"]["text"]))
+    assert ng.verify(s.payload, other.payload) is None
+
+
+def test_ngram_keeps_reworded_questions_apart(prep):
+    ng = det(prep, "ngram")
+    a = ng.sketch(doc(prep, "老婆怀孕期间老公该怎么办？"))
+    b = ng.sketch(doc(prep, "老婆在怀孕期间，老公该怎么做"))
+    assert ng.verify(a.payload, b.payload) is None
+
+
+def test_winnowing_guarantee_any_shared_window_shares_a_key():
+    rng = np.random.default_rng(3)
+    w = 8
+    for _ in range(200):
+        common = rng.integers(0, 2**40, size=w, dtype=np.uint64)  # w hashes = w + m - 1 shared characters
+        a = np.concatenate([rng.integers(0, 2**40, size=rng.integers(0, 30), dtype=np.uint64), common,
+                            rng.integers(0, 2**40, size=rng.integers(0, 30), dtype=np.uint64)])
+        b = np.concatenate([rng.integers(0, 2**40, size=rng.integers(0, 30), dtype=np.uint64), common])
+        assert set(winnow(a, w)) & set(winnow(b, w))
+
+
+def test_minhash_estimates_jaccard_and_separates_reposts_from_other_articles(prep):
+    mh = det(prep, "minhash")
+    text = "".join(SAMPLE[f"news-{i}"]["text"] for i in range(4))
+    sentences = text.split("。")
+    dropped = "。".join(sentences[:3] + sentences[4:])
+    a, b = mh.sketch(doc(prep, text)), mh.sketch(doc(prep, dropped))
+    other = mh.sketch(doc(prep, "".join(SAMPLE[f"news-{i}"]["text"] for i in range(4, 8))))
+    assert len(a.keys) == mh.bands
+    assert set(a.keys) & set(b.keys)
+    assert mh.verify(a.payload, b.payload) is not None
+    assert mh.verify(a.payload, other.payload) is None
+    # the estimate tracks the true shingle Jaccard
+    h = MinHasher(256)
+    rng = random.Random(1)
+    for _ in range(5):
+        cut = rng.randint(20, 200)
+        t1, t2 = text, text[:cut] + text[cut + 40:]
+        s1, s2 = set(mh.shingles(doc(prep, t1))), set(mh.shingles(doc(prep, t2)))
+        true = len(s1 & s2) / len(s1 | s2)
+        est = jaccard_estimate(h.signature_of_text(doc(prep, t1).text, 5), h.signature_of_text(doc(prep, t2).text, 5))
+        assert abs(est - true) < 0.1
