@@ -15,6 +15,12 @@ from .hashing import digest128
 from .text import normalize
 
 
+#: Every reason code a dead-letter record can carry (README: "Bad input and limits").
+REASONS = frozenset({"not_json", "bad_utf8", "not_object", "oversized", "missing_id", "bad_id", "missing_text",
+                     "bad_text", "bad_ts", "missing_ts", "bad_rank", "empty_text", "bad_html", "html_too_deep",
+                     "id_conflict", "bad_title", "bad_url", "bad_source"})
+
+
 class Rejected(ValueError):
     """An event that cannot be judged; ``reason`` is a stable code for the dead-letter topic."""
 

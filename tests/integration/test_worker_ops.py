@@ -135,3 +135,39 @@ def test_status_metrics_lag_owners_and_worker_counts_then_sigterm_is_graceful(ka
         assert got["late-copy"]["duplicate_of"] == "s5" and got["late-copy"]["match"] == "exact"
     finally:
         workers.stop_all()
+
+
+def test_nasty_input_through_a_worker_ends_in_verdicts_or_dead_letters(kafka_settings, tmp_path):
+    from ..nasty import nasty_events
+
+    corpus = [(n, raw) for n, raw in nasty_events() if len(raw) < 900_000 and not n.startswith("dup-id")]
+    kafka_settings.topics.partitions = 2
+    apply(kafka_settings)
+    workers = Workers(kafka_settings, tmp_path, supervise=False)
+    try:
+        workers.start("w0")
+        produce_events(kafka_settings, [], extra_raw=[raw for _, raw in corpus])
+        good = [{"id": f"after-{i}", "text": f"坏输入之后的第{i}条正常新闻：市图书馆新馆将于下月正式开放，设有少儿阅览区。", "ts": 9000 + i}
+                for i in range(5)]
+        produce_events(kafka_settings, good)
+
+        def done(_):
+            v = latest(read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: False, timeout=15,
+                                idle=3))
+            d = read_all(kafka_settings, kafka_settings.topics.dlq, until=lambda ms: False, timeout=15, idle=3)
+            state["v"], state["d"] = v, d
+            return len(v) + len(d) >= len(corpus) + len(good)
+
+        state: dict = {}
+        deadline = time.time() + 240
+        while time.time() < deadline and not done(None):
+            time.sleep(5)
+        assert workers.procs["w0"].poll() is None, "the worker died on bad input:\n" + workers.logs()
+    finally:
+        workers.stop_all()
+    v, d = state["v"], state["d"]
+    assert len(v) + len(d) == len(corpus) + len(good), (len(v), len(d), len(corpus) + len(good), workers.logs())
+    assert all(f"after-{i}" in v for i in range(5))  # the worker kept going
+    assert all(r["reason"] and r["original_b64"] is not None for r in d)
+    reasons = {r["reason"] for r in d}
+    assert {"not_json", "bad_utf8", "html_too_deep", "bad_id", "empty_text"} <= reasons, reasons

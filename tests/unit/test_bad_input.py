@@ -1,0 +1,59 @@
+"""Bad input, fuzzed and from a corpus of nasty cases: a verdict or a reason, never a crash."""
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stream_dedup.config import Settings
+from stream_dedup.core.document import REASONS, Rejected
+from stream_dedup.core.engine import Engine
+from stream_dedup.core.stages import Preparer
+
+from ..nasty import nasty_events
+
+PREP = Preparer(Settings())
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=50),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4), max_leaves=20)
+events = st.fixed_dictionaries({}, optional={"id": json_values | st.text(min_size=1, max_size=30),
+                                             "text": json_values | st.text(max_size=300),
+                                             "html": st.text(max_size=300).map(lambda t: f"<p>{t}</p>"),
+                                             "ts": json_values, "rank": json_values, "title": json_values})
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(events.map(lambda e: json.dumps(e).encode()), st.binary(max_size=200)))
+def test_fuzzed_events_prepare_or_reject_with_a_reason(raw):
+    try:
+        p = PREP.prepare(raw, default_ts=1)
+    except Rejected as e:
+        assert e.reason in REASONS, e.reason
+        return
+    assert p.id and p.digest and isinstance(p.sketches, list)
+
+
+def test_nasty_corpus_every_event_gets_a_verdict_or_a_reason():
+    s = Settings()
+    outcomes = {}
+    with Engine(s) as e:
+        for name, raw in nasty_events():
+            try:
+                vs = e.process(raw, default_ts=1)
+                outcomes[name] = "verdict" if vs else "no verdict"
+            except Rejected as r:
+                outcomes[name] = r.reason
+    assert "no verdict" not in outcomes.values(), outcomes
+    assert all(o == "verdict" or o in REASONS for o in outcomes.values()), outcomes
+    assert outcomes["not-json"] == "not_json" and outcomes["bad-utf8"] == "bad_utf8"
+    assert outcomes["deep-json"] == "not_json"
+    assert outcomes["html-bomb-depth"] == "html_too_deep"
+    assert outcomes["big-text"] == "oversized"
+    assert outcomes["lone-surrogate-id"] == "bad_id" and outcomes["null-id"] == "missing_id"
+    assert outcomes["zero-width-only"] == "empty_text" and outcomes["spaces-only"] == "empty_text"
+    assert outcomes["ts-nan"] == "not_json" or outcomes["ts-nan"] == "bad_ts"
+    assert outcomes["dup-id-b"] == "id_conflict"
+    assert outcomes["float-id"] == "bad_id" and outcomes["rank-string"] == "bad_rank"
+    for name in ("every-plane", "control-chars", "zero-width-inside", "bidi", "html-giant-attr", "html-unclosed",
+                 "extra-fields", "ts-negative"):
+        assert outcomes[name] == "verdict", (name, outcomes[name])
