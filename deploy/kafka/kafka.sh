@@ -9,6 +9,8 @@
 # Environment: KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (KAFKA_PORT+1), KAFKA_HOME (.cache/kafka
 # in the repo; jars, data and logs live below it), KAFKA_HEAP (512m), KAFKA_START_TIMEOUT (90 s).
 # If KAFKA_BOOTSTRAP is set, start and stop do nothing: an existing cluster is used.
+# KAFKA_SASL_SCRAM=user:password (with --fresh) adds a SASL_PLAINTEXT listener on KAFKA_SASL_PORT
+# (KAFKA_PORT+2) with that SCRAM-SHA-512 user, for the security tests.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -53,13 +55,27 @@ start() {
   mkdir -p "$run/logs"
   sed -e "s:@PORT@:$port:g" -e "s:@CONTROLLER_PORT@:$cport:g" -e "s:@DATA_DIR@:$run:g" \
     "$here/server.properties.in" >"$run/server.properties"
+  local scram=()
+  if [ -n "${KAFKA_SASL_SCRAM:-}" ]; then  # user:password -> a SASL_PLAINTEXT listener with SCRAM-SHA-512
+    local sport="${KAFKA_SASL_PORT:-$((port + 2))}" user="${KAFKA_SASL_SCRAM%%:*}" pass="${KAFKA_SASL_SCRAM#*:}"
+    sed -i -e "s|^listeners=\(.*\)|listeners=\1,SASL_PLAINTEXT://127.0.0.1:$sport|" \
+           -e "s|^advertised.listeners=\(.*\)|advertised.listeners=\1,SASL_PLAINTEXT://127.0.0.1:$sport|" \
+           -e "s|^listener.security.protocol.map=\(.*\)|listener.security.protocol.map=\1,SASL_PLAINTEXT:SASL_PLAINTEXT|" \
+           "$run/server.properties"
+    cat >>"$run/server.properties" <<EOT
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+EOT
+    scram=(--add-scram "SCRAM-SHA-512=[name=$user,password=$pass]")
+  fi
   local cp="$libs/*"
   local jvm=(java "-Xmx${KAFKA_HEAP:-512m}" "-Xms128m" -XX:+UseG1GC -Djava.awt.headless=true
              "-Dlog4j.configuration=file:$here/log4j.properties" "-Dkafka.logs.dir=$run/logs" -cp "$cp")
   if [ ! -f "$run/log/meta.properties" ]; then
     local cluster_id
     cluster_id="$("${jvm[@]}" kafka.tools.StorageTool random-uuid)"
-    "${jvm[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$run/server.properties" >"$run/logs/format.log" 2>&1 \
+    "${jvm[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$run/server.properties" "${scram[@]}" \
+      >"$run/logs/format.log" 2>&1 \
       || { cat "$run/logs/format.log" >&2; exit 1; }
   fi
   local t0=$SECONDS
