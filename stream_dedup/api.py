@@ -45,6 +45,14 @@ class Deduper:
         out, self._revised = self._revised, []
         return out
 
+    def verdict(self, ident: str):
+        """The current verdict of a document already checked (revisions included), or None."""
+        return self.engine.verdict(ident)
+
+    def clusters(self) -> list:
+        """Pages that have copies, largest first: ``Cluster(id, size, canonical, members, ts, text)``."""
+        return sorted(self.engine.clusters(), key=lambda c: (-c.size, c.ts or 0, c.id))
+
     def close(self) -> None:
         self.engine.close()
 

@@ -206,9 +206,15 @@ def status(c: Ctx, as_json: bool) -> None:
 
 
 @main.command("config")
+@click.option("--reference", is_flag=True, help="print the reference of every setting (Markdown) instead")
 @pass_ctx
-def show_config(c: Ctx) -> None:
+def show_config(c: Ctx, reference: bool) -> None:
     """Print the effective configuration (secrets redacted)."""
+    if reference:
+        from .config import reference_markdown
+
+        click.echo(reference_markdown())
+        return
     data = c.settings.model_dump(mode="json")
     data["kafka"]["client"] = c.settings.kafka.redacted_client()
     click.echo(json.dumps(data, indent=2, ensure_ascii=False))

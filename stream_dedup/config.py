@@ -57,11 +57,11 @@ class KafkaSettings(_Section):
 
 
 class TopicSettings(_Section):
-    pages: str = "pages"
-    dlq: str = "pages.dlq"
-    verdicts: str = "verdicts"
-    unique: str = "unique"
-    duplicate: str = "duplicate"
+    pages: str = Field("pages", description="input: page events")
+    dlq: str = Field("pages.dlq", description="rejected events with reason, original bytes and offset")
+    verdicts: str = Field("verdicts", description="compacted: latest verdict per page id")
+    unique: str = Field("unique", description="verdicts that say unique")
+    duplicate: str = Field("duplicate", description="verdicts that say duplicate")
     clusters: str = Field("clusters", description="compacted: per original page, its cluster size and canonical page")
     internal_prefix: str = Field("stream-dedup", description="prefix of the internal repartition and changelog topics")
     partitions: int = Field(6, ge=1, le=1024, description="partitions of pages and every internal topic")
@@ -72,7 +72,7 @@ class TopicSettings(_Section):
 
 
 class TextSettings(_Section):
-    traditional_to_simplified: bool = True
+    traditional_to_simplified: bool = Field(True, description="fold traditional Chinese to simplified (OpenCC t2s) before everything")
     user_dict: Path | None = Field(None, description="jieba user dictionary (word [freq [tag]] per line)")
     stopwords: Path | None = Field(None, description="stop-word list, one per line (default: the shipped list)")
     idf: Path | None = Field(None, description="IDF table built by `stream-dedup idf build` (default: the shipped one)")
@@ -98,8 +98,8 @@ class NgramSettings(_Section):
 
 
 class MinhashSettings(_Section):
-    num_perm: int = Field(128, ge=8)
-    bands: int = Field(32, ge=1)
+    num_perm: int = Field(128, ge=8, description="MinHash permutations (signature length)")
+    bands: int = Field(32, ge=1, description="LSH bands (bucket keys per document); num_perm / bands rows each")
     shingle: int = Field(5, ge=1, description="character shingle length")
     threshold: float = Field(0.7, gt=0, le=1, description="estimated Jaccard of character shingles")
 
@@ -109,7 +109,7 @@ class ImatchSettings(_Section):
     drop: float = Field(0.1, ge=0, lt=1, description="share of the main lexicon each extra lexicon drops")
     min_words: int = Field(10, ge=1, description="distinct lexicon words a document needs for a signature")
     low: float = Field(0.2, ge=0, lt=1, description="lexicon keeps words whose IDF lies between these quantiles")
-    high: float = Field(0.95, gt=0, le=1)
+    high: float = Field(0.95, gt=0, le=1, description="upper IDF quantile of the lexicon (see low)")
 
 
 class StructureSettings(_Section):
@@ -124,16 +124,17 @@ class EngineSettings(_Section):
         "auto", description="detectors to run, or auto: ngram for short texts, simhash for long ones")
     window_ms: int = Field(7 * 24 * 3600 * 1000, gt=0, description="event-time window of exact and near state")
     bloom_capacity: int = Field(1_000_000, gt=0, description="distinct documents per window the Bloom filter is sized for")
-    bloom_fp_rate: float = Field(0.01, gt=0, lt=1)
+    bloom_fp_rate: float = Field(0.01, gt=0, lt=1, description="target false-positive rate of the decaying Bloom filter (the digest store confirms every hit)")
 
 
 class WorkerSettings(_Section):
-    app_id: str = "stream-dedup"
-    state_dir: Path = Path(".state")
+    app_id: str = Field("stream-dedup", description="Faust app id = consumer group: workers with one app_id share the work")
+    state_dir: Path = Field(Path(".state"), description="RocksDB tables of this worker (rebuilt from changelogs when lost)")
     web_host: str = Field("127.0.0.1", description="status/metrics HTTP bind address (loopback unless set)")
-    web_port: int = Field(6066, ge=0, le=65535)
-    processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    web_port: int = Field(6066, ge=0, le=65535, description="HTTP port of /status, /metrics, /healthz, /ready; 0 turns it off")
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = Field(
+        "at_least_once", description="at_least_once (idempotent stages, gap filling) or Kafka transactions")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="worker log level")
     standby_replicas: int = Field(0, ge=0, description="warm copies of each table partition on other workers "
                                   "(faster fail-over, more changelog reading); like Kafka Streams, 0 by default")
     stall_timeout_s: float = Field(120.0, ge=0, description="exit (code 75) for the supervisor to restart the worker "
@@ -221,3 +222,22 @@ def load_settings(path: str | Path | None = None, environ: dict[str, str] | None
             where = f" (from {src})" if src else (f" (in {path})" if path else "")
             lines.append(f"  {'.'.join(loc)}: {err['msg']}{where}")
         raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
+
+
+def reference_markdown() -> str:
+    """The configuration reference (README), generated from the model so that it cannot drift."""
+    lines = ["| setting | environment | type | default | meaning |", "|---|---|---|---|---|"]
+    for section, field in Settings.model_fields.items():
+        model = field.annotation
+        for name, f in model.model_fields.items():
+            ann = f.annotation
+            typ = getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
+            typ = typ.replace("pathlib.", "").replace("NoneType", "None").replace("|", "\\|")
+            default = f.get_default(call_default_factory=True)
+            if isinstance(default, Path):
+                default = str(default)
+            dflt = json.dumps(default, ensure_ascii=False) if default is not None else "-"
+            desc = (f.description or "").replace("|", "\\|")
+            env = f"`{ENV_PREFIX}{section.upper()}__{name.upper()}`"
+            lines.append(f"| `{section}.{name}` | {env} | {typ} | `{dflt}` | {desc} |")
+    return "\n".join(lines)

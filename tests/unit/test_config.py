@@ -48,3 +48,16 @@ def test_bad_toml_file(tmp_path):
         load_settings(p, environ={})
     with pytest.raises(ConfigError, match="not found"):
         load_settings(tmp_path / "missing.toml", environ={})
+
+
+def test_readme_configuration_reference_is_generated_from_the_model():
+    from pathlib import Path
+
+    from stream_dedup.config import Settings, reference_markdown
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("<!-- config-reference:start -->\n")[1].split("\n<!-- config-reference:end -->")[0]
+    assert block == reference_markdown(), "README is stale: paste `stream-dedup config --reference`"
+    for section, field in Settings.model_fields.items():
+        for name, f in field.annotation.model_fields.items():
+            assert f.description, f"{section}.{name} has no description"
