@@ -8,13 +8,16 @@ import json
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ORDER = ["quality", "fingerprint", "scan_vs_jieba", "index_scale", "kafka_e2e"]
+ORDER = ["quality", "html_quality", "fingerprint", "scan_vs_jieba", "segmenters", "index_scale", "kafka_e2e"]
 TITLES = {"quality": "Quality and speed vs peers (development benchmark)", "fingerprint": "Fingerprint math vs peers",
           "scan_vs_jieba": "scan vs raw jieba segmentation", "index_scale": "Index scaling",
-          "kafka_e2e": "Kafka end to end (real local broker)"}
+          "kafka_e2e": "Kafka end to end (real local broker)",
+          "html_quality": "HTML pages: other sites' templates vs same-site pages",
+          "segmenters": "Word segmenters: jieba vs jieba_fast"}
 COMMANDS = {"quality": "python bench/quality.py", "fingerprint": "python bench/fingerprint.py",
             "scan_vs_jieba": "python bench/scan_vs_jieba.py", "index_scale": "python bench/index_scale.py",
-            "kafka_e2e": "python bench/kafka_e2e.py"}
+            "kafka_e2e": "python bench/kafka_e2e.py", "html_quality": "python bench/html_quality.py",
+            "segmenters": "python bench/segmenters.py"}
 
 
 def main() -> None:
