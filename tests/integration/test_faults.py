@@ -1,0 +1,119 @@
+"""Fault injection on a real broker: crashes, a wiped state folder, a broker restart. Nothing may be lost.
+
+Each test runs a labelled stream (news + SMS, shuffled against event time, plus malformed events)
+through three workers, injects its fault mid-stream, then checks completeness (every id has a
+verdict, every malformed event a dead-letter record) and convergence (the latest verdicts equal the
+embedded engine's). Stream size: ``STREAM_DEDUP_TEST_FAULT_EVENTS`` (default 2,600, to keep CI
+short; the development benchmark allows up to about 13,000). Each test appends a row to
+``test-artifacts/faults.md``: fault, events, lost, divergent verdicts, seconds from the fault until every
+verdict was out.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from stream_dedup.topics import apply
+
+from ..conftest import shared_data
+from .pipeline import REPO, Workers, key_of, labelled_stream, latest, produce_events, read_all
+from .test_pipeline import BAD, check, scan_verdicts
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+ARTIFACTS = REPO / "test-artifacts"
+N = int(os.environ.get("STREAM_DEDUP_TEST_FAULT_EVENTS", "2600"))
+
+
+@pytest.fixture
+def events(tmp_path):
+    shared_data("news/thucnews_1000.jsonl")
+    n_news = max(100, N * 35 // 100)
+    return labelled_stream(tmp_path, n_news=n_news, n_sms=N - n_news, seed=23)
+
+
+def record(fault: str, settings, events: list[dict], got: dict, recovered_s: float) -> None:
+    expected = scan_verdicts(settings, events)
+    lost = sum(1 for e in events if e["id"] not in got)
+    divergent = sum(1 for i, k in expected.items() if i in got and key_of(got[i]) != k)
+    ARTIFACTS.mkdir(exist_ok=True)
+    table = ARTIFACTS / "faults.md"
+    if not table.exists():
+        table.write_text("| fault | events | lost | divergent verdicts | recovery s |\n|---|---|---|---|---|\n")
+    with table.open("a") as f:
+        f.write(f"| {fault} | {len(events)} | {lost} | {divergent} | {recovered_s:.0f} |\n")
+
+
+def run(settings, tmp_path, events, fault, fault_name: str, restart_after=None) -> None:
+    """Start 3 workers, produce, inject ``fault(workers)`` once a third of the verdicts are out, collect, check."""
+    settings.topics.partitions = 6
+    apply(settings)
+    workers = Workers(settings, tmp_path)
+    try:
+        for i in range(3):
+            workers.start(f"w{i}")
+        produce_events(settings, events, extra_raw=BAD)
+        read_all(settings, settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(events) // 3,
+                 timeout=600)
+        t0 = time.time()
+        fault(workers)
+        read_all(settings, settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(events), timeout=900)
+        recovered = time.time() - t0
+        time.sleep(3)
+        got = latest(read_all(settings, settings.topics.verdicts, until=lambda ms: False, timeout=30, idle=5))
+        dlq = read_all(settings, settings.topics.dlq, until=lambda ms: False, timeout=60, idle=5)
+    finally:
+        workers.stop_all()
+    record(fault_name, settings, events, got, recovered)
+    check(settings, events, got, dlq, workers)
+
+
+def test_sigkill_one_worker_without_restart(kafka_settings, tmp_path, events):
+    """Its partitions move to the other two, which restore its tables from the changelogs."""
+    run(kafka_settings, tmp_path, events, lambda w: w.stop("w1", sig=signal.SIGKILL),
+        "SIGKILL 1 of 3 workers, no restart")
+
+
+def test_sigkill_every_worker_at_once_then_restart(kafka_settings, tmp_path, events):
+    def fault(w: Workers) -> None:
+        for name in ("w0", "w1", "w2"):
+            w.stop(name, sig=signal.SIGKILL)
+        time.sleep(5)
+        for name in ("w0", "w1", "w2"):
+            w.start(name)
+
+    run(kafka_settings, tmp_path, events, fault, "SIGKILL all 3 workers, restart")
+
+
+def test_worker_loses_its_state_folder(kafka_settings, tmp_path, events):
+    """Disk wiped: the worker comes back with no RocksDB files and rebuilds them from the changelogs."""
+    def fault(w: Workers) -> None:
+        w.stop("w2", sig=signal.SIGKILL)
+        shutil.rmtree(tmp_path / "state-w2")
+        w.start("w2")
+
+    run(kafka_settings, tmp_path, events, fault, "state folder of 1 worker wiped")
+
+
+def test_broker_restart_mid_stream(kafka_settings, tmp_path, events):
+    """The broker stops and comes back (same data); workers reconnect by themselves."""
+    port = int(os.environ.get("STREAM_DEDUP_TEST_RESTART_PORT", "19392"))
+    script = REPO / "deploy" / "kafka" / "kafka.sh"
+    env = dict(os.environ, KAFKA_PORT=str(port))
+    env.pop("KAFKA_BOOTSTRAP", None)
+    subprocess.run([str(script), "start", "--fresh"], env=env, check=True, capture_output=True, timeout=240)
+    kafka_settings.kafka.bootstrap = f"127.0.0.1:{port}"
+
+    def fault(w: Workers) -> None:
+        subprocess.run([str(script), "stop"], env=env, check=True, capture_output=True, timeout=120)
+        time.sleep(5)
+        subprocess.run([str(script), "start"], env=env, check=True, capture_output=True, timeout=240)
+
+    try:
+        run(kafka_settings, tmp_path, events, fault, "broker stopped 5 s and restarted")
+    finally:
+        subprocess.run([str(script), "stop"], env=env, capture_output=True, timeout=120)
