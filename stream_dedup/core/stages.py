@@ -261,12 +261,33 @@ class DecideStage:
 
     After ``apply``, ``outbox`` holds join/leave messages for originals (the driver routes them back
     here by their id) and ``cluster`` the original's changed cluster record, if any.
+
+    ``defer=True`` (the Kafka workers): ``apply`` keeps the new state until ``persist()``. The state
+    records which verdict was emitted, so it must not be stored before that verdict (and the cluster
+    messages) are delivered: after a crash in between, the replayed message would find "already
+    emitted" and the verdict would never go out. Deferred, a crash before ``persist`` replays into the
+    old state and emits again (a duplicate at worst, which at-least-once allows).
     """
 
     states: MutableMapping[str, DocState] = field(default_factory=dict)
-    last: DocState | None = None  # the state ``apply`` just wrote (saves the driver a second read)
+    last: DocState | None = None  # the state ``apply`` just produced (saves the driver a second read)
     outbox: list[ToDecide] = field(default_factory=list)
     cluster: Cluster | None = None
+    defer: bool = False
+    _unsaved: tuple[str, DocState] | None = None
+
+    def _store(self, ident: str, st: DocState) -> None:
+        if self.defer:
+            self._unsaved = (ident, st)
+        else:
+            self.states[ident] = st
+
+    def persist(self) -> None:
+        """Store the state of the last ``apply`` (deferred mode), once its output is delivered."""
+        if self._unsaved is not None:
+            ident, st = self._unsaved
+            self._unsaved = None
+            self.states[ident] = st
 
     def apply(self, msg: ToDecide) -> Verdict | None:
         self.outbox = []
@@ -278,7 +299,7 @@ class DecideStage:
             st.ts = msg.ts
         if msg.kind in ("join", "leave"):
             self._membership(st, msg)
-            self.states[msg.id] = st
+            self._store(msg.id, st)
             self.last = st
             return None
         before = st.emitted[2] if st.emitted else None  # duplicate_of of the last verdict emitted
@@ -303,7 +324,7 @@ class DecideStage:
                 self.outbox.append(ToDecide("leave", before, None, member=[st.id, st.ts, st.rank]))
             if v.duplicate_of is not None:
                 self.outbox.append(ToDecide("join", v.duplicate_of, None, member=[st.id, st.ts, st.rank]))
-        self.states[msg.id] = st
+        self._store(msg.id, st)
         self.last = st
         return v
 

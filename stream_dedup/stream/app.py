@@ -13,6 +13,7 @@ partition (index: ``stages.key_partition``), by document id (decide). All decidi
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -137,7 +138,7 @@ def build_app(settings: Settings) -> faust.App:
     exact_data = TableMapping(exact_t)
     exact_by_part: dict[int, ExactStore] = {}
     index_stage = IndexStage(BucketIndex(TableMapping(index_t), window=window), preparer.detectors)
-    decide = DecideStage(JsonStates(TableMapping(decide_t)))
+    decide = DecideStage(JsonStates(TableMapping(decide_t)), defer=True)
     counts: Counter[str] = Counter()
     metrics = Metrics()
     index_stage.index.observe = metrics.bucket_bytes.observe
@@ -235,13 +236,29 @@ def build_app(settings: Settings) -> faust.App:
             t0 = time.perf_counter()
             v = decide.apply(m)
             metrics.stage_seconds.labels("decide").observe(time.perf_counter() - t0)
-            await to_decide(decide.outbox)  # cluster joins/leaves, keyed by the original's id
+            sent = []  # delivered before the state that says "emitted" is stored (see DecideStage.defer)
+            for out in decide.outbox:  # cluster joins/leaves, keyed by the original's id
+                sent.append(await answers.send(key=out.id.encode("utf-8", "surrogatepass"), value=out.to_bytes()))
             if decide.cluster is not None:
                 c = decide.cluster
                 counts["clusters"] += 1
                 metrics.clusters.inc()
-                await clusters.send(key=c.id.encode("utf-8", "surrogatepass"),
-                                    value=json.dumps(c.to_dict(), ensure_ascii=False).encode())
+                sent.append(await clusters.send(key=c.id.encode("utf-8", "surrogatepass"),
+                                                value=json.dumps(c.to_dict(), ensure_ascii=False).encode()))
+            if v is not None:
+                key = v.id.encode("utf-8", "surrogatepass")
+                body = json.dumps(v.to_dict(), ensure_ascii=False).encode()
+                counts["verdicts"] += 1
+                counts["revisions"] += v.revision > 0
+                counts[f"verdict.{v.verdict}" + (f".{v.match}" if v.match else "")] += 1
+                metrics.verdicts.labels(v.verdict, v.match or "", v.detector or "").inc()
+                if v.revision > 0:
+                    metrics.revisions.inc()
+                sent.append(await verdicts.send(key=key, value=body))
+                sent.append(await (unique if v.verdict == "unique" else duplicate).send(key=key, value=body))
+            if sent:
+                await asyncio.gather(*sent)
+            decide.persist()
             if m.kind in ("join", "leave"):
                 continue
             st = decide.last
@@ -249,18 +266,6 @@ def build_app(settings: Settings) -> faust.App:
                 pending.setdefault(m.id, (time.monotonic(), msg.partition))
             else:
                 pending.pop(m.id, None)
-            if v is None:
-                continue
-            key = v.id.encode("utf-8", "surrogatepass")
-            body = json.dumps(v.to_dict(), ensure_ascii=False).encode()
-            counts["verdicts"] += 1
-            counts["revisions"] += v.revision > 0
-            counts[f"verdict.{v.verdict}" + (f".{v.match}" if v.match else "")] += 1
-            metrics.verdicts.labels(v.verdict, v.match or "", v.detector or "").inc()
-            if v.revision > 0:
-                metrics.revisions.inc()
-            await verdicts.send(key=key, value=body)
-            await (unique if v.verdict == "unique" else duplicate).send(key=key, value=body)
 
     async def watch_partitions() -> None:
         """Exit for a restart when an assigned partition stalls (see ``watchdog``)."""
@@ -356,8 +361,6 @@ def build_app(settings: Settings) -> faust.App:
     @app.page("/status.json")
     async def status_json(web, request):
         """The group's status from Kafka (lag, owners, worker reports, history, clusters); cached 5 s."""
-        import asyncio
-
         from ..status import page_status
 
         if page_cache["body"] is None or time.monotonic() - page_cache["at"] > 5:

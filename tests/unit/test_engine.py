@@ -152,3 +152,26 @@ def test_sample_clusters_and_order_independence():
         shuffled = evs[:]
         rng.shuffle(shuffled)
         assert clusters_of(shuffled) == reference
+
+
+def test_deferred_decide_state_re_emits_after_a_crash_before_persist():
+    """The worker stores decide state only after the verdict is delivered: a crash in between replays
+    into the old state and the verdict goes out again (never "already emitted, so never sent")."""
+    from stream_dedup.core.stages import DecideStage, JsonStates, ToDecide
+
+    states = JsonStates({})  # bytes in a table, as in the workers: every read is a fresh copy
+    d = DecideStage(states, defer=True)
+    expect = ToDecide("expect", "doc", 1000, None, expected=1)
+    answer = ToDecide("answer", "doc", 1000, None, part=0)
+    assert d.apply(expect) is None
+    d.persist()
+    v = d.apply(answer)
+    assert v is not None and v.verdict == "unique"
+    assert states["doc"].emitted is None  # not stored yet: the verdict is in flight
+    # crash here; after the restart the answer is replayed against the stored state
+    d2 = DecideStage(states, defer=True)
+    again = d2.apply(answer)
+    assert again is not None and (again.verdict, again.revision) == ("unique", 0)
+    d2.persist()
+    assert states["doc"].emitted is not None
+    assert d2.apply(answer) is None  # a replay after persisting changes nothing
