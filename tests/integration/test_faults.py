@@ -22,7 +22,7 @@ from stream_dedup.topics import apply
 
 from ..conftest import shared_data
 from .pipeline import REPO, Workers, key_of, labelled_stream, latest, produce_events, read_all
-from .test_pipeline import BAD, check, scan_verdicts
+from .test_pipeline import BAD, check, scan_verdicts, stream_events  # noqa: F401 - stream_events is a fixture
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 ARTIFACTS = REPO / "test-artifacts"
@@ -70,6 +70,17 @@ def run(settings, tmp_path, events, fault, fault_name: str, restart_after=None) 
         workers.stop_all()
     record(fault_name, settings, events, got, recovered)
     check(settings, events, got, dlq, workers)
+
+
+def test_sigkill_one_of_three_workers_mid_stream_then_restart_it(kafka_settings, tmp_path, stream_events):
+    """No graceful shutdown, on the full 5,200-event stream: uncommitted offsets are replayed and the
+    killed worker's RocksDB state is whatever reached disk."""
+    def fault(w: Workers) -> None:
+        w.stop("w1", sig=signal.SIGKILL)
+        time.sleep(10)
+        w.start("w1")
+
+    run(kafka_settings, tmp_path, stream_events, fault, "SIGKILL 1 of 3 workers, restart after 10 s")
 
 
 def test_sigkill_one_worker_without_restart(kafka_settings, tmp_path, events):

@@ -120,35 +120,3 @@ def test_rebalance_add_a_worker_then_stop_one(kafka_settings, tmp_path, stream_e
         workers.stop_all()
     check(kafka_settings, stream_events, everything, dlq, workers)
 
-
-def test_sigkill_one_of_three_workers_mid_stream_then_restart_it(kafka_settings, tmp_path, stream_events):
-    """No graceful shutdown: uncommitted offsets are replayed and RocksDB state of the killed worker is
-    whatever reached disk; idempotent stages and the changelogs make the result the same as scan's."""
-    import signal
-
-    kafka_settings.topics.partitions = 6
-    apply(kafka_settings)
-    workers = Workers(kafka_settings, tmp_path)
-    try:
-        for i in range(3):
-            workers.start(f"w{i}")
-        produce_events(kafka_settings, stream_events, extra_raw=BAD)
-        read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(stream_events) // 3,
-                 timeout=600)
-        t_kill = time.time()
-        workers.stop("w1", sig=signal.SIGKILL)
-        time.sleep(10)
-        workers.start("w1")
-        verdicts = read_all(kafka_settings, kafka_settings.topics.verdicts,
-                            until=lambda ms: len(latest(ms)) >= len(stream_events), timeout=900)
-        recovered_s = time.time() - t_kill
-        time.sleep(3)
-        got = latest(read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: False, timeout=30,
-                              idle=5))
-        dlq = read_all(kafka_settings, kafka_settings.topics.dlq, until=lambda ms: False, timeout=60, idle=5)
-    finally:
-        workers.stop_all()
-    assert len(latest(verdicts)) >= len(stream_events), workers.logs()
-    check(kafka_settings, stream_events, got, dlq, workers)
-    print(f"sigkill: {len(stream_events)} events, all judged {recovered_s:.0f} s after the kill; "
-          f"supervised restarts {workers.restarts}")
