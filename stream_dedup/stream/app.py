@@ -165,9 +165,9 @@ def build_app(settings: Settings) -> faust.App:
             log.info("exact partition %d: Bloom filter rebuilt from %d stored digests", partition, rebuilt)
         return st
 
-    async def to_decide(msgs: list[ToDecide]) -> None:
-        for m in msgs:
-            await answers.send(key=m.id.encode("utf-8", "surrogatepass"), value=m.to_bytes())
+    async def to_decide(msgs: list[ToDecide]) -> list:
+        """Send to the decide stage, keyed by document id; returns the delivery futures."""
+        return [await answers.send(key=m.id.encode("utf-8", "surrogatepass"), value=m.to_bytes()) for m in msgs]
 
     async def each(stream):
         """The stream's messages, preceded by any the stream skipped (see ``gaps``)."""
@@ -236,9 +236,9 @@ def build_app(settings: Settings) -> faust.App:
             t0 = time.perf_counter()
             v = decide.apply(m)
             metrics.stage_seconds.labels("decide").observe(time.perf_counter() - t0)
-            sent = []  # delivered before the state that says "emitted" is stored (see DecideStage.defer)
-            for out in decide.outbox:  # cluster joins/leaves, keyed by the original's id
-                sent.append(await answers.send(key=out.id.encode("utf-8", "surrogatepass"), value=out.to_bytes()))
+            # delivered before the state that says "emitted" is stored (see DecideStage.defer);
+            # the outbox holds cluster joins/leaves, keyed by the original's id
+            sent = await to_decide(decide.outbox)
             if decide.cluster is not None:
                 c = decide.cluster
                 counts["clusters"] += 1
