@@ -142,6 +142,10 @@ class WorkerSettings(_Section):
                                   "(faster fail-over, more changelog reading); like Kafka Streams, 0 by default")
     stall_timeout_s: float = Field(120.0, ge=0, description="exit (code 75) for the supervisor to restart the worker "
                                    "when an assigned partition has lag and no progress this long; 0 disables")
+    batch_max: int = Field(256, ge=1, le=10_000, description="most messages an agent takes from its stream at once "
+                           "(one batch: one message per destination partition, one state write per key)")
+    batch_within_s: float = Field(0.02, gt=0, le=10, description="longest an agent waits to fill a batch (adds up to "
+                                  "4x this to a verdict's latency at low rates)")
 
 
 class Settings(_Section):

@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 
-from .hashing import hash64_array
+from .hashing import hash64
 
 BITS = 64
 
@@ -29,11 +29,12 @@ def simhash(words: list[str], weights: np.ndarray) -> int:
     """SimHash of distinct ``words`` with their ``weights`` (same length)."""
     if not words:
         return 0
-    hashes = hash64_array(words)
-    bits = np.unpackbits(hashes.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
-    ones = weights @ bits  # weight of the words with each bit set
-    v = np.packbits((2 * ones) > weights.sum(), bitorder="little")
-    return int.from_bytes(v.tobytes(), "little")
+    # a list comprehension + np.array beats np.fromiter for the few words of a short text; the
+    # 1-D unpack, np.dot and a uint64 view of the packed bits save most of the fixed numpy costs
+    hashes = np.array([hash64(w) for w in words], dtype=np.uint64)
+    bits = np.unpackbits(hashes.view(np.uint8), bitorder="little").reshape(-1, BITS)
+    ones = np.dot(weights, bits)  # weight of the words with each bit set
+    return int(np.packbits(np.greater(ones + ones, np.add.reduce(weights)), bitorder="little").view(np.uint64)[0])
 
 
 def hamming(a: int, b: int) -> int:

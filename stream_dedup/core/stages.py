@@ -41,6 +41,40 @@ def id_partition(ident: str, partitions: int) -> int:
     return mmh3.hash(ident.encode("utf-8", "surrogatepass"), signed=False) % partitions
 
 
+def digest_partition(digest: bytes, partitions: int) -> int:
+    """Which partition's exact store owns a digest."""
+    return int.from_bytes(digest[:8], "big") % partitions
+
+
+# ------------------------------------------------------------------------------------ batches
+BATCH_MAX_BYTES = 512 * 1024  # well under Kafka's default 1 MB message limit
+
+
+def pack_batches(items: list[bytes], max_bytes: int = BATCH_MAX_BYTES) -> list[bytes]:
+    """Messages for one destination partition, many items each (newline-separated).
+
+    Why: a Kafka message costs the same fixed work in the broker and in Faust whatever it holds;
+    the workers send one message per destination partition per batch, not one per item. Items are
+    compact JSON, which never holds a raw newline. An item larger than ``max_bytes`` travels alone.
+    """
+    out: list[bytes] = []
+    cur: list[bytes] = []
+    size = 0
+    for it in items:
+        if cur and size + len(it) + 1 > max_bytes:
+            out.append(b"\n".join(cur))
+            cur, size = [], 0
+        cur.append(it)
+        size += len(it) + 1
+    if cur:
+        out.append(b"\n".join(cur))
+    return out
+
+
+def unpack_batch(message: bytes) -> list[bytes]:
+    return message.split(b"\n") if message else []
+
+
 def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode("ascii")
 
@@ -348,4 +382,5 @@ class DecideStage:
 
 
 __all__ = ["Preparer", "Prepared", "Probe", "ToDecide", "route_probes", "exact_stage", "IndexStage",
-           "DecideStage", "Rejected", "key_partition", "id_partition"]
+           "DecideStage", "Rejected", "key_partition", "id_partition", "digest_partition", "pack_batches",
+           "unpack_batch"]

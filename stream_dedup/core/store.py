@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from rocksdict import Options, Rdict
 
@@ -63,3 +63,91 @@ class KVStore(MutableMapping):
     def destroy(self) -> None:
         self.close()
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+_DELETED = object()
+
+
+class WriteBack(MutableMapping):
+    """A write-back layer over a mapping: writes wait in memory until ``flush``.
+
+    Why (Kafka workers): every write to a Faust table is a changelog message. An agent that takes
+    a batch of messages writes each touched key once per batch instead of once per message (a spam
+    campaign rewrites the same buckets many times), and it writes the decide stage's state only
+    after the batch's verdicts are delivered (see ``DecideStage``).
+
+    ``tag()`` is taken at each write and handed back to ``flush``'s ``around``: the workers tag a
+    write with the Faust event it was made under, because a table partition is chosen by the
+    current event. ``scope(tag)`` keeps writes of different partitions apart: the index stores a
+    document's payload under the same key in every partition its keys fall in.
+    """
+
+    def __init__(self, data: MutableMapping, tag: Callable[[], Any] = lambda: None,
+                 scope: Callable[[Any], Any] = lambda tag: None):
+        self.data = data
+        self.tag = tag
+        self.scope = scope
+        self.pending: dict[tuple[Any, Any], tuple[Any, Any]] = {}  # (scope, key) -> (value or _DELETED, tag)
+
+    def _hit(self, key):
+        return self.pending.get((self.scope(self.tag()), key))
+
+    def __getitem__(self, key):
+        hit = self._hit(key)
+        if hit is None:
+            return self.data[key]
+        if hit[0] is _DELETED:
+            raise KeyError(key)
+        return hit[0]
+
+    def get(self, key, default=None):
+        hit = self._hit(key)
+        if hit is None:
+            return self.data.get(key, default)
+        return default if hit[0] is _DELETED else hit[0]
+
+    def __setitem__(self, key, value) -> None:
+        tag = self.tag()
+        self.pending[(self.scope(tag), key)] = (value, tag)
+
+    def __delitem__(self, key) -> None:
+        if key not in self:
+            raise KeyError(key)
+        tag = self.tag()
+        self.pending[(self.scope(tag), key)] = (_DELETED, tag)
+
+    def __contains__(self, key) -> bool:
+        hit = self._hit(key)
+        return key in self.data if hit is None else hit[0] is not _DELETED
+
+    def __iter__(self):
+        here = self.scope(self.tag())
+        mine = {k: v for (sc, k), (v, _) in self.pending.items() if sc == here}
+        for k in self.data:
+            if k not in mine:
+                yield k
+        yield from (k for k, v in mine.items() if v is not _DELETED)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def flush(self, around: Callable[[Any], Any] | None = None) -> int:
+        """Write the pending writes in order; ``around(tag)`` (if given) is entered around each one."""
+        n = len(self.pending)
+        for (_, key), (value, tag) in self.pending.items():
+            if around is not None:
+                with around(tag):
+                    self._write(key, value)
+            else:
+                self._write(key, value)
+        self.pending.clear()
+        return n
+
+    def discard(self) -> None:
+        self.pending.clear()
+
+    def _write(self, key, value) -> None:
+        if value is _DELETED:
+            self.data.pop(key, None)
+        else:
+            self.data[key] = value

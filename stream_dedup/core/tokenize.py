@@ -69,9 +69,26 @@ class WordTokenizer:
         return _stopwords_cached(self.stopwords_path)
 
     def words(self, text: str) -> list[str]:
-        stop = self.stopwords
-        return [w for w in _jieba(self.user_dict, self.segmenter).lcut(text)
-                if w not in stop and not w.isspace() and _WORDLIKE.search(w)]
+        keep = _keep_cache(self.stopwords_path)
+        out = []
+        for w in _jieba(self.user_dict, self.segmenter).lcut(text):
+            k = keep.get(w)
+            if k is None:  # decided once per distinct token: a dict hit costs less than the three tests
+                if len(keep) >= _KEEP_MAX:
+                    keep.clear()
+                k = keep[w] = w not in self.stopwords and not w.isspace() and _WORDLIKE.search(w) is not None
+            if k:
+                out.append(w)
+        return out
+
+
+_KEEP_MAX = 1_000_000
+
+
+@lru_cache(maxsize=8)
+def _keep_cache(stopwords_path: str | None) -> dict[str, bool]:
+    """Per stop-word list: token -> whether ``words`` keeps it."""
+    return {}
 
 
 @lru_cache(maxsize=8)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -22,18 +23,22 @@ import signal
 import socket
 import sys
 import time
+import weakref
 from collections import Counter
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
 import faust
+from faust.streams import _current_event, current_event
 
 from ..config import Settings
 from ..core.document import Rejected
 from ..core.exact import ExactStore
 from ..core.index import BucketIndex
-from ..core.stages import DecideStage, IndexStage, JsonStates, Prepared, Preparer, Probe, ToDecide, exact_stage
+from ..core.stages import (DecideStage, IndexStage, JsonStates, Prepared, Preparer, Probe, ToDecide, digest_partition,
+                           exact_stage, id_partition, pack_batches, unpack_batch)
+from ..core.store import WriteBack
 from ..kafka_io import client_config
 from .credentials import faust_credentials
 from .gaps import GapFiller, confluent_fetch
@@ -76,6 +81,10 @@ class TableMapping(MutableMapping):
         for k, v in db.items():
             if not k.startswith(b"__faust"):
                 yield k, v
+
+
+def event_partition(event: Any) -> int | None:
+    return event.message.partition if event is not None else None
 
 
 def build_app(settings: Settings) -> faust.App:
@@ -137,8 +146,12 @@ def build_app(settings: Settings) -> faust.App:
     window = settings.engine.window_ms
     exact_data = TableMapping(exact_t)
     exact_by_part: dict[int, ExactStore] = {}
-    index_stage = IndexStage(BucketIndex(TableMapping(index_t), window=window), preparer.detectors)
-    decide = DecideStage(JsonStates(TableMapping(decide_t)), defer=True)
+    # index and decide write through a per-batch write-back layer (see WriteBack): one changelog
+    # message per touched key per batch, and decide states only after the batch's output is delivered
+    index_data = WriteBack(TableMapping(index_t), tag=current_event, scope=event_partition)
+    decide_data = WriteBack(TableMapping(decide_t), tag=current_event, scope=event_partition)
+    index_stage = IndexStage(BucketIndex(index_data, window=window), preparer.detectors)
+    decide = DecideStage(JsonStates(decide_data))
     counts: Counter[str] = Counter()
     metrics = Metrics()
     index_stage.index.observe = metrics.bucket_bytes.observe
@@ -165,107 +178,157 @@ def build_app(settings: Settings) -> faust.App:
             log.info("exact partition %d: Bloom filter rebuilt from %d stored digests", partition, rebuilt)
         return st
 
-    async def to_decide(msgs: list[ToDecide]) -> list:
-        """Send to the decide stage, keyed by document id; returns the delivery futures."""
-        return [await answers.send(key=m.id.encode("utf-8", "surrogatepass"), value=m.to_bytes()) for m in msgs]
+    async def send_batches(out: dict[tuple[Any, int], list[bytes]]) -> list:
+        """Send the items gathered per (topic, partition), packed; returns the delivery futures."""
+        futs = []
+        for (tp, part), items in out.items():
+            for body in pack_batches(items):
+                futs.append(await tp.send(value=body, partition=part))
+        out.clear()
+        return futs
 
-    async def each(stream):
-        """The stream's messages, preceded by any the stream skipped (see ``gaps``)."""
-        async for event in stream.events():
-            msg = event.message
-            if gaps is not None:
-                for missed in await gaps.missing(msg.topic, msg.partition, msg.offset):
-                    yield missed
-            yield msg
+    def to_decide(out: dict, msgs: list[ToDecide]) -> None:
+        """Queue for the decide stage, on the partition that owns the document id."""
+        for m in msgs:
+            out.setdefault((answers, id_partition(m.id, n)), []).append(m.to_bytes())
+
+    async def batches(stream):
+        """The stream in batches of (event, message), each message preceded by any the stream skipped.
+
+        A batch is acked (and later committed) only after the agent's loop body is done with it.
+        """
+        async for events in stream.take_events(w.batch_max, within=w.batch_within_s):
+            out = []
+            for ev in events:
+                msg = ev.message
+                if gaps is not None:
+                    out.extend((ev, missed) for missed in await gaps.missing(msg.topic, msg.partition, msg.offset))
+                out.append((ev, msg))
+            yield out
+
+    @contextlib.contextmanager
+    def under(event):
+        """Make ``event`` Faust's current event: a table write goes to the current event's partition.
+
+        Inside a batch, Faust's own current event is just the last one buffered; the agents set
+        the event of the message they are working on.
+        """
+        token = _current_event.set(weakref.ref(event))
+        try:
+            yield
+        finally:
+            _current_event.reset(token)
 
     @app.agent(pages)
     async def prepare(stream):
-        async for msg in each(stream):
-            counts["in"] += 1
-            metrics.events_in.inc()
-            t0 = time.perf_counter()
-            raw = msg.value if msg.value is not None else b""
-            try:
-                p = preparer.prepare(raw, default_ts=msg.timestamp and int(msg.timestamp * 1000))
-            except Rejected as e:
-                counts[f"dlq.{e.reason}"] += 1
-                counts["dlq"] += 1
-                metrics.dlq.labels(e.reason).inc()
-                await dlq.send(key=msg.key, value=json.dumps({
-                    "reason": e.reason, "detail": e.detail[:1000], "original_b64": base64.b64encode(raw).decode(),
-                    "topic": msg.topic, "partition": msg.partition, "offset": msg.offset}).encode())
-                continue
-            counts["prepared"] += 1
-            metrics.stage_seconds.labels("prepare").observe(time.perf_counter() - t0)
-            await fingerprints.send(key=p.digest, value=p.to_bytes())
+        async for batch in batches(stream):
+            out: dict = {}
+            for _, msg in batch:
+                counts["in"] += 1
+                metrics.events_in.inc()
+                t0 = time.perf_counter()
+                raw = msg.value if msg.value is not None else b""
+                try:
+                    p = preparer.prepare(raw, default_ts=msg.timestamp and int(msg.timestamp * 1000))
+                except Exception as e:  # noqa: BLE001 - bad input never stops the worker
+                    reason, detail = (e.reason, e.detail) if isinstance(e, Rejected) else ("internal_error", repr(e))
+                    if reason == "internal_error":
+                        log.exception("prepare failed on %s[%d]@%d", msg.topic, msg.partition, msg.offset)
+                    counts[f"dlq.{reason}"] += 1
+                    counts["dlq"] += 1
+                    metrics.dlq.labels(reason).inc()
+                    await dlq.send(key=msg.key, value=json.dumps({
+                        "reason": reason, "detail": detail[:1000], "original_b64": base64.b64encode(raw).decode(),
+                        "topic": msg.topic, "partition": msg.partition, "offset": msg.offset}).encode())
+                    continue
+                counts["prepared"] += 1
+                metrics.stage_seconds.labels("prepare").observe(time.perf_counter() - t0)
+                out.setdefault((fingerprints, digest_partition(p.digest, n)), []).append(p.to_bytes())
+            await send_batches(out)
 
     @app.agent(fingerprints)
     async def exact(stream):
-        async for msg in each(stream):
-            t0 = time.perf_counter()
-            p = Prepared.from_bytes(msg.value)
-            msgs, probe_list = exact_stage(exact_store(msg.partition), p, n)
-            metrics.stage_seconds.labels("exact").observe(time.perf_counter() - t0)
-            counts["exact.in"] += 1
-            counts["exact.copies"] += 0 if probe_list or not msgs[0].cand else 1
-            for pr in probe_list:
-                await probes.send(key=pr.id.encode("utf-8", "surrogatepass"), value=pr.to_bytes(),
-                                  partition=pr.partition)
-            await to_decide(msgs)
+        async for batch in batches(stream):
+            out: dict = {}
+            for ev, msg in batch:
+                with under(ev):
+                    for item in unpack_batch(msg.value):
+                        t0 = time.perf_counter()
+                        p = Prepared.from_bytes(item)
+                        msgs, probe_list = exact_stage(exact_store(msg.partition), p, n)
+                        metrics.stage_seconds.labels("exact").observe(time.perf_counter() - t0)
+                        counts["exact.in"] += 1
+                        counts["exact.copies"] += 0 if probe_list or not msgs[0].cand else 1
+                        for pr in probe_list:
+                            out.setdefault((probes, pr.partition), []).append(pr.to_bytes())
+                        to_decide(out, msgs)
+            await send_batches(out)
 
     @app.agent(probes)
     async def index(stream):
-        async for msg in each(stream):
-            pr = Probe.from_bytes(msg.value)
-            if pr.partition != msg.partition:
-                log.error("probe for partition %d arrived on %d: partition counts differ", pr.partition,
-                          msg.partition)
-            counts["index.probes"] += 1
-            t0 = time.perf_counter()
-            before = index_stage.candidates
-            out = index_stage.process(pr)
-            metrics.stage_seconds.labels("index").observe(time.perf_counter() - t0)
-            metrics.candidates.inc(index_stage.candidates - before)
-            await to_decide(out)
+        async for batch in batches(stream):
+            out: dict = {}
+            for ev, msg in batch:
+                with under(ev):
+                    for item in unpack_batch(msg.value):
+                        pr = Probe.from_bytes(item)
+                        if pr.partition != msg.partition:
+                            log.error("probe for partition %d arrived on %d: partition counts differ",
+                                      pr.partition, msg.partition)
+                        counts["index.probes"] += 1
+                        t0 = time.perf_counter()
+                        before = index_stage.candidates
+                        to_decide(out, index_stage.process(pr))
+                        metrics.stage_seconds.labels("index").observe(time.perf_counter() - t0)
+                        metrics.candidates.inc(index_stage.candidates - before)
+            await send_batches(out)
+            counts["index.writes"] += index_data.flush(under)
 
     @app.agent(answers)
     async def decide_agent(stream):
-        async for msg in each(stream):
-            m = ToDecide.from_bytes(msg.value)
-            counts[f"decide.{m.kind}"] += 1
-            t0 = time.perf_counter()
-            v = decide.apply(m)
-            metrics.stage_seconds.labels("decide").observe(time.perf_counter() - t0)
-            # delivered before the state that says "emitted" is stored (see DecideStage.defer);
-            # the outbox holds cluster joins/leaves, keyed by the original's id
-            sent = await to_decide(decide.outbox)
-            if decide.cluster is not None:
-                c = decide.cluster
-                counts["clusters"] += 1
-                metrics.clusters.inc()
-                sent.append(await clusters.send(key=c.id.encode("utf-8", "surrogatepass"),
-                                                value=json.dumps(c.to_dict(), ensure_ascii=False).encode()))
-            if v is not None:
-                key = v.id.encode("utf-8", "surrogatepass")
-                body = json.dumps(v.to_dict(), ensure_ascii=False).encode()
-                counts["verdicts"] += 1
-                counts["revisions"] += v.revision > 0
-                counts[f"verdict.{v.verdict}" + (f".{v.match}" if v.match else "")] += 1
-                metrics.verdicts.labels(v.verdict, v.match or "", v.detector or "").inc()
-                if v.revision > 0:
-                    metrics.revisions.inc()
-                sent.append(await verdicts.send(key=key, value=body))
-                sent.append(await (unique if v.verdict == "unique" else duplicate).send(key=key, value=body))
+        async for batch in batches(stream):
+            out: dict = {}
+            sent: list = []
+            for ev, msg in batch:
+                with under(ev):
+                    for item in unpack_batch(msg.value):
+                        m = ToDecide.from_bytes(item)
+                        counts[f"decide.{m.kind}"] += 1
+                        t0 = time.perf_counter()
+                        v = decide.apply(m)
+                        metrics.stage_seconds.labels("decide").observe(time.perf_counter() - t0)
+                        # cluster joins/leaves go to the original's id partition
+                        to_decide(out, decide.outbox)
+                        if decide.cluster is not None:
+                            c = decide.cluster
+                            counts["clusters"] += 1
+                            metrics.clusters.inc()
+                            sent.append(await clusters.send(key=c.id.encode("utf-8", "surrogatepass"),
+                                                            value=json.dumps(c.to_dict(), ensure_ascii=False).encode()))
+                        if v is not None:
+                            key = v.id.encode("utf-8", "surrogatepass")
+                            body = json.dumps(v.to_dict(), ensure_ascii=False).encode()
+                            counts["verdicts"] += 1
+                            counts["revisions"] += v.revision > 0
+                            counts[f"verdict.{v.verdict}" + (f".{v.match}" if v.match else "")] += 1
+                            metrics.verdicts.labels(v.verdict, v.match or "", v.detector or "").inc()
+                            if v.revision > 0:
+                                metrics.revisions.inc()
+                            sent.append(await verdicts.send(key=key, value=body))
+                            sent.append(await (unique if v.verdict == "unique" else duplicate).send(key=key, value=body))
+                        if m.kind in ("join", "leave"):
+                            continue
+                        st = decide.last
+                        if st is not None and not st.complete:
+                            pending.setdefault(m.id, (time.monotonic(), msg.partition))
+                        else:
+                            pending.pop(m.id, None)
+            sent += await send_batches(out)
             if sent:
                 await asyncio.gather(*sent)
-            decide.persist()
-            if m.kind in ("join", "leave"):
-                continue
-            st = decide.last
-            if st is not None and not st.complete:
-                pending.setdefault(m.id, (time.monotonic(), msg.partition))
-            else:
-                pending.pop(m.id, None)
+            # the states that say "emitted" are stored only now that the verdicts are delivered: after
+            # a crash before this line the batch is replayed into the old states and emits again
+            counts["decide.writes"] += decide_data.flush(under)
 
     async def watch_partitions() -> None:
         """Exit for a restart when an assigned partition stalls (see ``watchdog``)."""

@@ -16,6 +16,7 @@ copy shares both. Payload: word-hash count (2 bytes), sorted word hashes (4 byte
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import struct
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from ..tokenize import WordTokenizer
 
 _KEY_MASK = (1 << 62) - 1
+_COUNT = struct.Struct(">H")
 
 
 def winnow(hashes: np.ndarray, w: int) -> list[int]:
@@ -79,11 +81,19 @@ class NgramDetector(Detector):
         return Sketch(tuple(dict.fromkeys(keys)), payload)
 
     @staticmethod
-    def _unpack(p: bytes) -> tuple[set[int], str]:
+    @lru_cache(maxsize=8192)
+    def _unpack(p: bytes) -> tuple[frozenset[int], str]:
+        # cached: a probe verifies its own payload against every candidate, and a campaign's
+        # original is verified against every later copy
         (n,) = struct.unpack_from(">H", p)
-        return set(np.frombuffer(p, dtype=">u4", count=n, offset=2).tolist()), p[2 + 4 * n:].decode("utf-8")
+        return frozenset(struct.unpack_from(f">{n}I", p, 2)), p[2 + 4 * n:].decode("utf-8")
 
     def verify(self, a: bytes, b: bytes) -> Match | None:
+        # Jaccard >= t needs the smaller word set to be >= t times the larger: the counts in the
+        # payloads' headers reject most candidates of a common key without unpacking them
+        na, nb = _COUNT.unpack_from(a)[0], _COUNT.unpack_from(b)[0]
+        if min(na, nb) < self.threshold * max(na, nb):
+            return None
         sa, ska = self._unpack(a)
         sb, skb = self._unpack(b)
         inter = len(sa & sb)
