@@ -3,8 +3,9 @@
     python bench/index_scale.py [--sizes 10000 100000 1000000] [--sample 2000]
 
 Synthetic SimHash fingerprints (random 64-bit values; every 10th a near copy of an earlier one)
-go through the same code as the workers: BucketIndex.probe then insert over RocksDB, 4x16 bands,
-window wider than the run. At each size, --sample more documents are timed (probe + insert) and
+go through the same code as the workers: BucketIndex.probe then insert over RocksDB, window wider
+than the run, once with 4x16 bands (4 keys of 16 bits: buckets fill up as the index grows) and once
+with 5c2 (10 keys of 26 bits: buckets stay nearly empty at 1M). At each size, --sample more documents are timed (probe + insert) and
 the process RSS and the RocksDB folder size are read. A PNG plot of µs/doc against index size is
 written next to the table when matplotlib is installed.
 """
@@ -45,13 +46,10 @@ def verify(a: bytes, b: bytes):
     return Match(1 - d / 64, d) if d <= 3 else None
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    ap.add_argument("--sample", type=int, default=2000)
-    a = ap.parse_args()
+def run(style: str, sizes: list[int], sample: int) -> list[dict]:
+    """Grow one index to each size in turn; time ``sample`` more documents at each."""
     rng = random.Random(5)
-    scheme = BandScheme.make(3, "4x16")
+    scheme = BandScheme.make(3, style)
     tmp = Path(tempfile.mkdtemp(prefix="bench-index-"))
     kv = KVStore(tmp / "index")
     idx = BucketIndex(kv, window=10**15)
@@ -74,25 +72,39 @@ def main() -> None:
         idx.insert(1, f"d{n}", n, payload, keys)
         n += 1
 
-    rows, out = [], []
+    out = []
     try:
-        for size in sorted(a.sizes):
+        for size in sorted(sizes):
             while n < size:
                 one()
             t0 = time.perf_counter()
-            for _ in range(a.sample):
+            for _ in range(sample):
                 one()
-            us = (time.perf_counter() - t0) / a.sample * 1e6
-            r = {"indexed": size, "us_per_doc": round(us, 1), "rss_mb": round(rss_mb(), 1), "disk_mb": round(du_mb(tmp), 1)}
+            us = (time.perf_counter() - t0) / sample * 1e6
+            r = {"style": style, "indexed": size, "us_per_doc": round(us, 1), "rss_mb": round(rss_mb(), 1),
+                 "disk_mb": round(du_mb(tmp), 1)}
             out.append(r)
-            rows.append([size, r["us_per_doc"], r["rss_mb"], r["disk_mb"]])
-            print(rows[-1], flush=True)
+            print(r, flush=True)
     finally:
         kv.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    ratio = out[-1]["us_per_doc"] / out[0]["us_per_doc"]
-    text = table(["indexed docs", "µs/doc (probe+insert)", "RSS MB", "RocksDB MB"], rows)
-    text += f"\n\ncost at {out[-1]['indexed']:,} / cost at {out[0]['indexed']:,}: {ratio:.2f}x"
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--sample", type=int, default=2000)
+    ap.add_argument("--styles", nargs="+", default=["4x16", "5c2"], choices=["4x16", "5c2"])
+    a = ap.parse_args()
+    results = {style: run(style, a.sizes, a.sample) for style in a.styles}
+    rows = [[r["style"], r["indexed"], r["us_per_doc"], r["rss_mb"], r["disk_mb"]]
+            for out in results.values() for r in out]
+    ratios = {style: out[-1]["us_per_doc"] / out[0]["us_per_doc"] for style, out in results.items()}
+    text = table(["bands", "indexed docs", "µs/doc (probe+insert)", "RSS MB", "RocksDB MB"], rows)
+    for style, out in results.items():
+        text += (f"\n\n{style}: cost at {out[-1]['indexed']:,} / cost at {out[0]['indexed']:,}: "
+                 f"{ratios[style]:.2f}x")
     try:
         import matplotlib
 
@@ -100,17 +112,19 @@ def main() -> None:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(5, 3.2))
-        ax.plot([r["indexed"] for r in out], [r["us_per_doc"] for r in out], marker="o")
+        for style, out in results.items():
+            ax.plot([r["indexed"] for r in out], [r["us_per_doc"] for r in out], marker="o", label=style)
         ax.set_xscale("log")
         ax.set_xlabel("indexed documents")
         ax.set_ylabel("µs per document")
         ax.set_title("bucket index: probe + insert")
+        ax.legend()
         fig.tight_layout()
         RESULTS.mkdir(parents=True, exist_ok=True)
         fig.savefig(RESULTS / "index_scale.png", dpi=120)
     except ImportError:
         pass
-    save("index_scale", {"results": out, "cost_ratio_last_first": ratio}, text)
+    save("index_scale", {"results": results, "cost_ratio_last_first": ratios}, text)
 
 
 if __name__ == "__main__":

@@ -144,6 +144,9 @@ class WorkerSettings(_Section):
                                    "when an assigned partition has lag and no progress this long; 0 disables")
     batch_max: int = Field(256, ge=1, le=10_000, description="most messages an agent takes from its stream at once "
                            "(one batch: one message per destination partition, one state write per key)")
+    inject_delay: str = Field("", pattern=r"^$|^(prepare|exact|index|decide):[0-9.]+:[0-9.]+$",
+                              description="fault injection for tests: 'stage:seconds:for_s' sleeps that long per item "
+                              "in that stage during the first for_s seconds after start (a slow consumer)")
     batch_within_s: float = Field(0.02, gt=0, le=10, description="longest an agent waits to fill a batch (adds up to "
                                   "4x this to a verdict's latency at low rates)")
 

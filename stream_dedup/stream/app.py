@@ -168,6 +168,16 @@ def build_app(settings: Settings) -> faust.App:
     stream_topics = {pages.get_topic_name(), fingerprints.get_topic_name(), probes.get_topic_name(),
                      answers.get_topic_name()}
     rebalancing_since: list[float] = []
+    worked: set[tuple[str, int]] = set()  # (topic, partition) processed since the last stall check
+    slow_stage, slow_s, slow_for = (w.inject_delay.split(":") + ["", "0", "0"])[:3]
+
+    async def injected_delay(stage: str) -> None:
+        """``worker.inject_delay``: a slow consumer on purpose (the back-pressure test); off by default."""
+        if stage == slow_stage and time.time() - started < float(slow_for):
+            counts["injected_delays"] += 1
+            if (ev := current_event()) is not None:
+                worked.add((ev.message.topic, ev.message.partition))
+            await asyncio.sleep(float(slow_s))
 
     def exact_store(partition: int) -> ExactStore:
         st = exact_by_part.get(partition)
@@ -213,6 +223,7 @@ def build_app(settings: Settings) -> faust.App:
         Inside a batch, Faust's own current event is just the last one buffered; the agents set
         the event of the message they are working on.
         """
+        worked.add((event.message.topic, event.message.partition))
         token = _current_event.set(weakref.ref(event))
         try:
             yield
@@ -224,6 +235,7 @@ def build_app(settings: Settings) -> faust.App:
         async for batch in batches(stream):
             out: dict = {}
             for _, msg in batch:
+                await injected_delay("prepare")
                 counts["in"] += 1
                 metrics.events_in.inc()
                 t0 = time.perf_counter()
@@ -254,6 +266,7 @@ def build_app(settings: Settings) -> faust.App:
                 with under(ev):
                     for item in unpack_batch(msg.value):
                         t0 = time.perf_counter()
+                        await injected_delay("exact")
                         p = Prepared.from_bytes(item)
                         msgs, probe_list = exact_stage(exact_store(msg.partition), p, n)
                         metrics.stage_seconds.labels("exact").observe(time.perf_counter() - t0)
@@ -272,6 +285,7 @@ def build_app(settings: Settings) -> faust.App:
                 with under(ev):
                     for item in unpack_batch(msg.value):
                         pr = Probe.from_bytes(item)
+                        await injected_delay("index")
                         if pr.partition != msg.partition:
                             log.error("probe for partition %d arrived on %d: partition counts differ",
                                       pr.partition, msg.partition)
@@ -292,6 +306,7 @@ def build_app(settings: Settings) -> faust.App:
             for ev, msg in batch:
                 with under(ev):
                     for item in unpack_batch(msg.value):
+                        await injected_delay("decide")
                         m = ToDecide.from_bytes(item)
                         counts[f"decide.{m.kind}"] += 1
                         t0 = time.perf_counter()
@@ -353,7 +368,8 @@ def build_app(settings: Settings) -> faust.App:
         for tp, (pos, end) in positions.items():
             metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, (end or 0) - (pos or 0)))
         metrics.assigned.set(len(tps))
-        stalled = stalls.observe(now, positions)
+        stalled = stalls.observe(now, positions, {tp for tp in tps if (tp.topic, tp.partition) in worked})
+        worked.clear()
         if stalled:
             stall_exit("; ".join(f"{tp.topic}[{tp.partition}] lag {lag}, no progress for {idle:.0f} s"
                                  for tp, lag, idle in stalled))

@@ -36,10 +36,13 @@ class StallDetector:
         for s in self.seen.values():
             s.since = now
 
-    def observe(self, now: float, positions: dict[object, tuple[int | None, int | None]]) -> list[tuple[object, int, float]]:
-        """``positions``: tp -> (next offset to read or None, log end offset or None).
+    def observe(self, now: float, positions: dict[object, tuple[int | None, int | None]],
+                worked: frozenset | set = frozenset()) -> list[tuple[object, int, float]]:
+        """``positions``: tp -> (next offset to read or None, log end offset or None); ``worked``: the
+        partitions whose messages the agents processed since the last call.
 
-        Returns the stalled partitions as (tp, lag, seconds without progress).
+        Returns the stalled partitions as (tp, lag, seconds without progress). A slow batch is not a
+        stall: the read offset stands still while the agent works through what it has read.
         """
         for tp in list(self.seen):
             if tp not in positions:
@@ -47,7 +50,7 @@ class StallDetector:
         stalled = []
         for tp, (pos, end) in positions.items():
             s = self.seen.get(tp)
-            if s is None or s.offset != pos:
+            if s is None or s.offset != pos or tp in worked:
                 self.seen[tp] = _Seen(pos, now)
                 continue
             lag = (end or 0) - (pos or 0)

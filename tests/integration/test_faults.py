@@ -128,3 +128,56 @@ def test_broker_restart_mid_stream(kafka_settings, tmp_path, events):
         run(kafka_settings, tmp_path, events, fault, "broker stopped 5 s and restarted")
     finally:
         subprocess.run([str(script), "stop"], env=env, capture_output=True, timeout=120)
+
+
+def test_slow_index_stage_under_sustained_load_builds_lag_then_catches_up(kafka_settings, tmp_path, events):
+    """A slow consumer: the index stage sleeps per probe (``worker.inject_delay``) for the first
+    ``slow_for`` seconds while events arrive at a steady rate. Lag on the probes topic must grow,
+    nothing may be lost, and once the delay ends the workers catch up (lag back to 0)."""
+    import threading
+
+    from stream_dedup.status import group_status
+
+    settings = kafka_settings
+    settings.topics.partitions = 6
+    apply(settings)
+    rate, slow_for = 40.0, 75
+    workers = Workers(settings, tmp_path)
+    samples: list[tuple[float, int]] = []  # (seconds since start, lag of the probes topic)
+    try:
+        t_start = time.time()
+        for i in range(2):
+            workers.start(f"w{i}", STREAM_DEDUP_WORKER__INJECT_DELAY=f"index:0.03:{slow_for}")
+        producer = threading.Thread(target=produce_events, args=(settings, events),
+                                    kwargs={"extra_raw": BAD, "rate": rate}, daemon=True)
+        producer.start()
+        while time.time() - t_start < slow_for + 10:
+            st = group_status(settings)
+            lag = sum(r["lag"] for r in st["partitions"] if r["topic"].endswith(".probes"))
+            samples.append((time.time() - t_start, lag))
+            time.sleep(5)
+        producer.join(timeout=600)
+        t_slow_end = time.time()
+        got_msgs = read_all(settings, settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(events),
+                            timeout=900)
+        caught_up = time.time() - t_slow_end
+        time.sleep(3)
+        got = latest(read_all(settings, settings.topics.verdicts, until=lambda ms: False, timeout=30, idle=5))
+        dlq = read_all(settings, settings.topics.dlq, until=lambda ms: False, timeout=60, idle=5)
+        deadline = time.time() + 120
+        while True:  # committed offsets follow within a commit interval
+            final = group_status(settings)
+            if final["total_lag"] == 0 or time.time() > deadline:
+                break
+            time.sleep(2)
+        delays = sum(w["counts"].get("injected_delays", 0) for w in final["workers"])
+    finally:
+        workers.stop_all()
+    assert got_msgs
+    record(f"slow index stage (30 ms per probe for {slow_for} s) at {rate:.0f} events/s", settings, events, got,
+           caught_up)
+    peak = max(lag for _, lag in samples)
+    assert delays > 0, "the delay was never injected"
+    assert peak >= 10, f"lag on the probes topic never grew: {samples}"
+    assert final["total_lag"] == 0, f"did not catch up: {final['text']}"
+    check(settings, events, got, dlq, workers)

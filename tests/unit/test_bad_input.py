@@ -4,6 +4,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import pytest
 from stream_dedup.config import Settings
 from stream_dedup.core.document import REASONS, Rejected
 from stream_dedup.core.engine import Engine
@@ -57,3 +58,18 @@ def test_nasty_corpus_every_event_gets_a_verdict_or_a_reason():
     for name in ("every-plane", "control-chars", "zero-width-inside", "bidi", "html-giant-attr", "html-unclosed",
                  "extra-fields", "ts-negative"):
         assert outcomes[name] == "verdict", (name, outcomes[name])
+
+
+def test_a_50_mb_document_is_rejected_as_oversized_before_parsing():
+    """Kafka's defaults refuse a 50 MB message at the broker; a cluster configured to take one must
+    not make the worker parse it: the size check comes before JSON, normalization and jieba."""
+
+    prep = Preparer(Settings())
+    raw = b'{"id": "huge", "text": "' + "大".encode() * (50 * 1024 * 1024 // 3) + b'"}'
+    assert len(raw) >= 50 * 1024 * 1024 - 16
+    with pytest.raises(Rejected) as e:
+        prep.prepare(raw, default_ts=1)
+    assert e.value.reason == "oversized" and str(len(raw)) in e.value.detail
+    s = Settings()
+    s.text.max_chars = 20_000_000  # raised limits take it (max bytes = 4 x max chars)
+    assert Preparer(s).document(raw, default_ts=1).id == "huge"

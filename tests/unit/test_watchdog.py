@@ -19,6 +19,16 @@ def test_progress_restarts_the_clock():
     assert d.observe(111, {"a": (11, 50)}) != []
 
 
+def test_a_slow_batch_is_progress_not_a_stall():
+    d = StallDetector(timeout_s=60)
+    d.observe(0, {"a": (10, 500), "b": (7, 90)})
+    # the read offset stands still while the agent works through a long batch of partition a
+    assert d.observe(50, {"a": (10, 500), "b": (7, 90)}, worked={"a"}) == []
+    stalled = d.observe(105, {"a": (10, 500), "b": (7, 90)}, worked={"a"})
+    assert [tp for tp, *_ in stalled] == ["b"]  # b had neither reads nor work for 105 s
+    assert [tp for tp, *_ in d.observe(170, {"a": (10, 500)})] == ["a"]  # work stopped at 105
+
+
 def test_caught_up_partition_is_never_stalled():
     d = StallDetector(timeout_s=10)
     d.observe(0, {"a": (50, 50)})
