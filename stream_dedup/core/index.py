@@ -4,7 +4,7 @@ Layout (any ``MutableMapping[bytes, bytes]``: a RocksDB store in ``scan``, a Roc
 table partition in the workers, so both drivers run this same code):
 
     B | det(1) | key(8)   ->  packed bucket: entries (ts, id, payload) sorted by (ts, id)
-    P | det(1) | id       ->  payload of a document, when larger than 64 bytes (stored once)
+    P | det(1) | id       ->  payload of a document, when larger than INLINE_MAX bytes (stored once)
 
 Why packed buckets rather than one key per entry: a Faust table (with its changelog, restore on
 rebalance and standby replicas) offers get/set/delete only, no prefix scan, and only reads the
@@ -31,7 +31,11 @@ from typing import Callable, Iterable, MutableMapping
 
 from .detectors.base import Match
 
-INLINE_MAX = 64
+# Payloads up to this size live in the bucket entries: an SMS's n-gram payload (word hashes and
+# skeleton, ~100-150 bytes) then costs no separate P write per partition, which in the workers is a
+# changelog message each, and no extra read per verified candidate. MinHash signatures (512 bytes)
+# stay under P: a document has 32 band keys and its signature is stored once per partition.
+INLINE_MAX = 192
 _HEAD = struct.Struct(">qHH")  # ts, id length, inline payload length
 Verify = Callable[[bytes, bytes], Match | None]
 Entry = tuple[int, str, bytes]  # ts, id, inline payload (b"" when stored under P)

@@ -276,6 +276,10 @@ class JsonStates(MutableMapping):
             raise KeyError(ident)
         return DocState.from_json(json.loads(raw))
 
+    def get(self, ident: str, default=None):  # type: ignore[override]
+        raw = self.data.get(ident.encode("utf-8", "surrogatepass"))
+        return default if raw is None else DocState.from_json(json.loads(raw))
+
     def __setitem__(self, ident: str, st: DocState) -> None:
         self.data[ident.encode("utf-8", "surrogatepass")] = json.dumps(st.to_json(), separators=(",", ":")).encode()
 

@@ -149,9 +149,11 @@ def build_app(settings: Settings) -> faust.App:
     # index and decide write through a per-batch write-back layer (see WriteBack): one changelog
     # message per touched key per batch, and decide states only after the batch's output is delivered
     index_data = WriteBack(TableMapping(index_t), tag=current_event, scope=event_partition)
-    decide_data = WriteBack(TableMapping(decide_t), tag=current_event, scope=event_partition)
+    # decide: the write-back holds DocState objects, so a document's state is decoded and encoded
+    # once per batch however many of its answers the batch brings
+    decide_data = WriteBack(JsonStates(TableMapping(decide_t)), tag=current_event, scope=event_partition)
     index_stage = IndexStage(BucketIndex(index_data, window=window), preparer.detectors)
-    decide = DecideStage(JsonStates(decide_data))
+    decide = DecideStage(decide_data)
     counts: Counter[str] = Counter()
     metrics = Metrics()
     index_stage.index.observe = metrics.bucket_bytes.observe
@@ -187,6 +189,18 @@ def build_app(settings: Settings) -> faust.App:
             rebuilt = st.rebuild_bloom(exact_data.partition_items(partition))
             log.info("exact partition %d: Bloom filter rebuilt from %d stored digests", partition, rebuilt)
         return st
+
+    @app.on_partitions_revoked.connect
+    async def forget_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
+        """Drop the Bloom filters of exact partitions that leave this worker.
+
+        While a partition is away, its new owner adds digests to the table; a filter kept from
+        before would answer "certainly new" for them. When the partition comes back, the first
+        event rebuilds the filter from the (restored) table.
+        """
+        for tp in revoked:
+            if tp.topic == fingerprints.get_topic_name() and exact_by_part.pop(tp.partition, None) is not None:
+                log.info("exact partition %d revoked: its Bloom filter is dropped", tp.partition)
 
     async def send_batches(out: dict[tuple[Any, int], list[bytes]]) -> list:
         """Send the items gathered per (topic, partition), packed; returns the delivery futures."""

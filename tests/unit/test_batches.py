@@ -117,9 +117,9 @@ def run_batched(events: list[dict], settings, partitions: int, rng: random.Rando
     exact_t, index_t, decide_t = Partitioned(), Partitioned(), Partitioned()
     exact = {p: ExactStore(exact_t, window) for p in range(partitions)}
     index_wb = WriteBack(index_t, tag=lambda: index_t.current, scope=lambda tag: tag)
-    decide_wb = WriteBack(decide_t, tag=lambda: decide_t.current, scope=lambda tag: tag)
+    decide_wb = WriteBack(JsonStates(decide_t), tag=lambda: decide_t.current, scope=lambda tag: tag)
     index = IndexStage(BucketIndex(index_wb, window=window), prep.detectors)
-    decide = DecideStage(JsonStates(decide_wb))
+    decide = DecideStage(decide_wb)
     latest: dict = {}
     pages = deque(events)
     counts: Counter = Counter()

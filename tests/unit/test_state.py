@@ -43,7 +43,7 @@ def test_index_prunes_on_write_and_sweeps(tmp_path):
     kv = KVStore(tmp_path / "i")
     idx = BucketIndex(kv, window=500)
     for i in range(100):
-        idx.insert(1, f"d{i}", i * 10, bytes(100), (i % 7, 1000 + i))
+        idx.insert(1, f"d{i}", i * 10, bytes(300), (i % 7, 1000 + i))
     # every write pruned its buckets to the window behind the newest event (990 - 500)
     for key in range(7):
         last_write = max(i for i in range(100) if i % 7 == key) * 10
@@ -52,8 +52,8 @@ def test_index_prunes_on_write_and_sweeps(tmp_path):
     assert idx.sweep(800) > 0
     assert all(e[0] >= 800 for k, v in kv.items() if k[:1] == b"B" for e in unpack_entries(v))
     assert kv.count(b"P") == 20  # payloads of swept documents are gone too
-    assert idx.probe(1, "q", 1000, bytes(100), (1000,), same).earliest is None  # d0 expired
-    assert idx.probe(1, "q", 1000, bytes(100), (1099,), same).earliest.id == "d99"
+    assert idx.probe(1, "q", 1000, bytes(300), (1000,), same).earliest is None  # d0 expired
+    assert idx.probe(1, "q", 1000, bytes(300), (1099,), same).earliest.id == "d99"
 
 
 def test_index_window_limits_matches(tmp_path):
