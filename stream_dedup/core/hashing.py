@@ -24,8 +24,12 @@ def hash64(feature: str) -> int:
     return h
 
 
-def hash64_array(features: list[str]) -> np.ndarray:
-    return np.fromiter((hash64(f) for f in features), dtype=np.uint64, count=len(features))
+def hash64_list(features: list[str]) -> list[int]:
+    """``hash64`` of each feature; cached ones without a Python call each (map over dict.get)."""
+    hs = list(map(_cache64.get, features))
+    if None in hs:
+        hs = [h if h is not None else hash64(f) for h, f in zip(hs, features)]
+    return hs
 
 
 def digest128(text: str) -> bytes:

@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 
-from .hashing import hash64
+from .hashing import hash64_list
 
 BITS = 64
 
@@ -29,9 +29,9 @@ def simhash(words: list[str], weights: np.ndarray) -> int:
     """SimHash of distinct ``words`` with their ``weights`` (same length)."""
     if not words:
         return 0
-    # a list comprehension + np.array beats np.fromiter for the few words of a short text; the
-    # 1-D unpack, np.dot and a uint64 view of the packed bits save most of the fixed numpy costs
-    hashes = np.array([hash64(w) for w in words], dtype=np.uint64)
+    # cached word hashes come without a Python call per word; the 1-D unpack, np.dot and a uint64
+    # view of the packed bits save most of numpy's fixed costs on short texts
+    hashes = np.array(hash64_list(words), dtype=np.uint64)
     bits = np.unpackbits(hashes.view(np.uint8), bitorder="little").reshape(-1, BITS)
     ones = np.dot(weights, bits)  # weight of the words with each bit set
     return int(np.packbits(np.greater(ones + ones, np.add.reduce(weights)), bitorder="little").view(np.uint64)[0])
