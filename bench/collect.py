@@ -31,7 +31,12 @@ def main() -> None:
         base = name.split("_rate")[0]
         table = (RESULTS / f"{name}.md").read_text(encoding="utf-8").rsplit("\n\n{", 1)[0]
         parts.append(f"## {TITLES.get(base, name)}{' (' + name + ')' if name != base else ''}\n")
-        parts.append(f"`{COMMANDS.get(base, name)}`: {m.get('date')}, commit {m.get('commit')}, {m.get('cpus')} CPUs, "
+        cmd = COMMANDS.get(base, name)
+        if name != base and isinstance(data.get("args"), dict):  # a variant run: show the flags it ran with
+            flags = [f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                     for k, v in data["args"].items() if v is not None]
+            cmd = " ".join([cmd, *flags])
+        parts.append(f"`{cmd}`: {m.get('date')}, commit {m.get('commit')}, {m.get('cpus')} CPUs, "
                      f"Python {m.get('python')}\n")
         parts.append(table.strip() + "\n")
         if (RESULTS / f"{name}.png").exists():

@@ -93,7 +93,8 @@ class SimhashSettings(_Section):
 
 class NgramSettings(_Section):
     m: int = Field(4, ge=2, description="gram length in characters")
-    w: int = Field(8, ge=1, description="winnowing window: one key per w consecutive grams at least")
+    w: int = Field(12, ge=1, description="winnowing window: one key per w consecutive grams at least; any common "
+                   "substring of w + m - 1 characters shares a key")
     threshold: float = Field(0.7, gt=0, le=1, description="word Jaccard at or above which short texts match")
     edit_threshold: float = Field(0.8, ge=0, le=1, description=(
         "and normalized Levenshtein similarity of the skeletons at or above which they match (0 = off); "
