@@ -300,32 +300,20 @@ class DecideStage:
     After ``apply``, ``outbox`` holds join/leave messages for originals (the driver routes them back
     here by their id) and ``cluster`` the original's changed cluster record, if any.
 
-    ``defer=True`` (the Kafka workers): ``apply`` keeps the new state until ``persist()``. The state
-    records which verdict was emitted, so it must not be stored before that verdict (and the cluster
-    messages) are delivered: after a crash in between, the replayed message would find "already
-    emitted" and the verdict would never go out. Deferred, a crash before ``persist`` replays into the
-    old state and emits again (a duplicate at worst, which at-least-once allows).
+    The state records which verdict was emitted, so the Kafka workers must not store it before that
+    verdict (and the cluster messages) are delivered: after a crash in between, the replayed message
+    would find "already emitted" and the verdict would never go out. They give it ``states`` behind
+    a ``store.WriteBack`` flushed after delivery: a crash before the flush replays into the old state
+    and emits again (a duplicate at worst, which at-least-once allows).
     """
 
     states: MutableMapping[str, DocState] = field(default_factory=dict)
     last: DocState | None = None  # the state ``apply`` just produced (saves the driver a second read)
     outbox: list[ToDecide] = field(default_factory=list)
     cluster: Cluster | None = None
-    defer: bool = False
-    _unsaved: tuple[str, DocState] | None = None
 
     def _store(self, ident: str, st: DocState) -> None:
-        if self.defer:
-            self._unsaved = (ident, st)
-        else:
-            self.states[ident] = st
-
-    def persist(self) -> None:
-        """Store the state of the last ``apply`` (deferred mode), once its output is delivered."""
-        if self._unsaved is not None:
-            ident, st = self._unsaved
-            self._unsaved = None
-            self.states[ident] = st
+        self.states[ident] = st
 
     def apply(self, msg: ToDecide) -> Verdict | None:
         self.outbox = []

@@ -248,7 +248,8 @@ def build_app(settings: Settings) -> faust.App:
     async def prepare(stream):
         async for batch in batches(stream):
             out: dict = {}
-            for _, msg in batch:
+            for ev, msg in batch:
+                worked.add((msg.topic, msg.partition))
                 await injected_delay("prepare")
                 counts["in"] += 1
                 metrics.events_in.inc()

@@ -154,24 +154,28 @@ def test_sample_clusters_and_order_independence():
         assert clusters_of(shuffled) == reference
 
 
-def test_deferred_decide_state_re_emits_after_a_crash_before_persist():
-    """The worker stores decide state only after the verdict is delivered: a crash in between replays
-    into the old state and the verdict goes out again (never "already emitted, so never sent")."""
+def test_decide_state_behind_a_write_back_re_emits_after_a_crash_before_the_flush():
+    """The worker stores decide state only after the verdict is delivered (a WriteBack flushed after
+    delivery): a crash in between replays into the old state and the verdict goes out again (never
+    "already emitted, so never sent")."""
     from stream_dedup.core.stages import DecideStage, JsonStates, ToDecide
+    from stream_dedup.core.store import WriteBack
 
-    states = JsonStates({})  # bytes in a table, as in the workers: every read is a fresh copy
-    d = DecideStage(states, defer=True)
+    table: dict = {}  # bytes in a table, as in the workers: every read is a fresh copy
+    pending = WriteBack(JsonStates(table))
+    d = DecideStage(pending)
     expect = ToDecide("expect", "doc", 1000, None, expected=1)
     answer = ToDecide("answer", "doc", 1000, None, part=0)
     assert d.apply(expect) is None
-    d.persist()
+    pending.flush()
     v = d.apply(answer)
     assert v is not None and v.verdict == "unique"
-    assert states["doc"].emitted is None  # not stored yet: the verdict is in flight
-    # crash here; after the restart the answer is replayed against the stored state
-    d2 = DecideStage(states, defer=True)
+    assert JsonStates(table)["doc"].emitted is None  # not stored yet: the verdict is in flight
+    # crash here: the pending writes die with the process; the answer is replayed against the table
+    pending2 = WriteBack(JsonStates(table))
+    d2 = DecideStage(pending2)
     again = d2.apply(answer)
     assert again is not None and (again.verdict, again.revision) == ("unique", 0)
-    d2.persist()
-    assert states["doc"].emitted is not None
-    assert d2.apply(answer) is None  # a replay after persisting changes nothing
+    pending2.flush()
+    assert JsonStates(table)["doc"].emitted is not None
+    assert d2.apply(answer) is None  # a replay after the flush changes nothing
