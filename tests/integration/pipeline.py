@@ -14,6 +14,8 @@ from pathlib import Path
 from stream_dedup.config import Settings
 from stream_dedup.kafka_io import consumer, producer, send
 
+from ..conftest import SHARED
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -112,6 +114,13 @@ def labelled_stream(tmp: Path, n_news: int, n_sms: int, seed: int = 11) -> list[
         return rows[:k]
 
     events = take("news", n_news) + take("sms", n_sms)
+    # beyond the development benchmark's ~13,000 events (long fault-test streams): real messages from
+    # the shared SMS corpus under fresh ids (the convergence check compares with scan, not labels)
+    missing = n_news + n_sms - len(events)
+    if missing > 0:
+        raw = (SHARED / "sms" / "sms_spam_zh.jsonl").read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(rng.sample(raw, min(missing, len(raw)))):
+            events.append({"id": f"extra-{i}", "text": json.loads(line)["text"], "ts": rng.randrange(20_000_000)})
     for i, e in enumerate(sorted(events, key=lambda e: e["ts"])):
         e["ts"] = 1_700_000_000_000 + i * 1000
         if i % 3 == 0:

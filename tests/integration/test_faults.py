@@ -4,7 +4,8 @@ Each test runs a labelled stream (news + SMS, shuffled against event time, plus 
 through three workers, injects its fault mid-stream, then checks completeness (every id has a
 verdict, every malformed event a dead-letter record) and convergence (the latest verdicts equal the
 embedded engine's). Stream size: ``STREAM_DEDUP_TEST_FAULT_EVENTS`` (default 2,600, to keep CI
-short; the development benchmark allows up to about 13,000). Each test appends a row to
+short; beyond the development benchmark's ~13,000 events the stream is topped up with real SMS from the shared
+corpus). Each test appends a row to
 ``test-artifacts/faults.md``: fault, events, lost, divergent verdicts, seconds from the fault until every
 verdict was out.
 """
