@@ -190,6 +190,19 @@ def build_app(settings: Settings) -> faust.App:
             log.info("exact partition %d: Bloom filter rebuilt from %d stored digests", partition, rebuilt)
         return st
 
+    stopping: list[bool] = []  # set once the app begins to stop (the consumer has stopped)
+
+    @app.on_before_shutdown.connect
+    async def quiesce(sender: Any, **kwargs: Any) -> None:
+        """Stop writing once shutdown begins.
+
+        Faust stops the consumer, flushes the producer, then stops the agents: a batch still in
+        progress would write tables (changelog messages) into a producer that is going away, and
+        the crash turns a clean SIGTERM into an error exit. Its offsets are not committed any more,
+        so the batch is simply left to be replayed after the restart.
+        """
+        stopping.append(True)
+
     @app.on_partitions_revoked.connect
     async def forget_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
         """Drop the Bloom filters of exact partitions that leave this worker.
@@ -204,6 +217,9 @@ def build_app(settings: Settings) -> faust.App:
 
     async def send_batches(out: dict[tuple[Any, int], list[bytes]]) -> list:
         """Send the items gathered per (topic, partition), packed; returns the delivery futures."""
+        if stopping:  # see quiesce: the batch will be replayed
+            out.clear()
+            return []
         futs = []
         for (tp, part), items in out.items():
             for body in pack_batches(items):
@@ -311,6 +327,9 @@ def build_app(settings: Settings) -> faust.App:
                         metrics.stage_seconds.labels("index").observe(time.perf_counter() - t0)
                         metrics.candidates.inc(index_stage.candidates - before)
             await send_batches(out)
+            if stopping:
+                index_data.discard()
+                return
             counts["index.writes"] += index_data.flush(under)
 
     @app.agent(answers)
@@ -354,6 +373,9 @@ def build_app(settings: Settings) -> faust.App:
                         else:
                             pending.pop(m.id, None)
             sent += await send_batches(out)
+            if stopping:
+                decide_data.discard()
+                return
             if sent:
                 await asyncio.gather(*sent)
             # the states that say "emitted" are stored only now that the verdicts are delivered: after
