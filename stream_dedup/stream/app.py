@@ -265,6 +265,8 @@ def build_app(settings: Settings) -> faust.App:
         async for batch in batches(stream):
             out: dict = {}
             for ev, msg in batch:
+                if stopping:
+                    return
                 worked.add((msg.topic, msg.partition))
                 await injected_delay("prepare")
                 counts["in"] += 1
@@ -294,6 +296,8 @@ def build_app(settings: Settings) -> faust.App:
         async for batch in batches(stream):
             out: dict = {}
             for ev, msg in batch:
+                if stopping:  # see quiesce
+                    return
                 with under(ev):
                     for item in unpack_batch(msg.value):
                         t0 = time.perf_counter()
@@ -313,6 +317,9 @@ def build_app(settings: Settings) -> faust.App:
         async for batch in batches(stream):
             out: dict = {}
             for ev, msg in batch:
+                if stopping:
+                    index_data.discard()
+                    return
                 with under(ev):
                     for item in unpack_batch(msg.value):
                         pr = Probe.from_bytes(item)
@@ -338,6 +345,9 @@ def build_app(settings: Settings) -> faust.App:
             out: dict = {}
             sent: list = []
             for ev, msg in batch:
+                if stopping:
+                    decide_data.discard()
+                    return
                 with under(ev):
                     for item in unpack_batch(msg.value):
                         await injected_delay("decide")
