@@ -150,6 +150,14 @@ class WorkerSettings(_Section):
                               "in that stage during the first for_s seconds after start (a slow consumer)")
     batch_within_s: float = Field(0.02, gt=0, le=10, description="longest an agent waits to fill a batch (adds up to "
                                   "4x this to a verdict's latency at low rates)")
+    state_ttl_s: int = Field(0, ge=0, description="seconds a table entry lives without a rewrite (RocksDB TTL, applied "
+                             "at compaction); 0: two windows, at least an hour")
+    rocksdb_write_buffer_mb: int = Field(8, ge=1, le=1024, description="memtable size of each table partition's RocksDB "
+                                         "(two per partition; a full one is flushed to disk, which lets TTL compaction run)")
+    state_flush_s: float = Field(60.0, ge=0, description="flush every table partition's memtable this often, so that "
+                                 "RocksDB compacts and its TTL drops expired entries at any input rate (bounded memory "
+                                 "and disk); 0: only when a memtable fills")
+    rocksdb_block_cache_mb: int = Field(16, ge=1, le=65536, description="read cache of each table partition's RocksDB")
 
 
 class Settings(_Section):

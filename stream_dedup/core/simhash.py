@@ -34,7 +34,8 @@ def simhash(words: list[str], weights: np.ndarray) -> int:
     hashes = np.array(hash64_list(words), dtype=np.uint64)
     bits = np.unpackbits(hashes.view(np.uint8), bitorder="little").reshape(-1, BITS)
     ones = np.dot(weights, bits)  # weight of the words with each bit set
-    return int(np.packbits(np.greater(ones + ones, np.add.reduce(weights)), bitorder="little").view(np.uint64)[0])
+    # bit j set when its words outweigh the rest; int.from_bytes skips a uint64 view and scalar boxing
+    return int.from_bytes(np.packbits(ones > 0.5 * np.add.reduce(weights), bitorder="little").tobytes(), "little")
 
 
 def hamming(a: int, b: int) -> int:

@@ -133,11 +133,17 @@ def build_app(settings: Settings) -> faust.App:
 
     # State ages out after two windows of wall-clock time without a rewrite: RocksDB TTL locally (a
     # bucket is rewritten whenever a document touches it), and retention on the changelog (topics.toml).
-    ttl_s = max(3600, 2 * settings.engine.window_ms // 1000)
+    ttl_s = w.state_ttl_s or max(3600, 2 * settings.engine.window_ms // 1000)
+    # Faust's RocksDB defaults (3 x 64 MiB memtables and a 2 GiB block cache per database) are sized for
+    # one big table; here every table partition is a database (3 tables x partitions), so the worker's
+    # memory would grow towards gigabytes, and a memtable that never fills is never flushed, so
+    # TTL compaction never drops the expired entries (the soak test measures both).
+    rocksdb = {"ttl": ttl_s, "write_buffer_size": w.rocksdb_write_buffer_mb << 20, "max_write_buffer_number": 2,
+               "block_cache_size": w.rocksdb_block_cache_mb << 20}
 
     def table(name: str):
         return app.Table(name, key_type=bytes, value_type=bytes,  # bytes types: raw serializers
-                         partitions=n, options={"ttl": ttl_s},
+                         partitions=n, options=dict(rocksdb),  # Faust pops keys from it
                          changelog_topic=topic(f"{t.internal_prefix}.{name}-changelog", compacted=True))
 
     exact_t, index_t, decide_t = table("exact"), table("index"), table("decide")
@@ -427,6 +433,22 @@ def build_app(settings: Settings) -> faust.App:
                   "(it rejoins the group and resumes from committed offsets; nothing is lost).", why, EXIT_STALLED)
         app.stream_dedup_exit_code = EXIT_STALLED  # type: ignore[attr-defined]
         os.kill(os.getpid(), signal.SIGTERM)
+
+    if w.state_flush_s > 0:
+        @app.timer(interval=w.state_flush_s)
+        async def flush_state() -> None:
+            """Turn memtables into SST files on a clock, not only when they fill.
+
+            RocksDB drops TTL-expired entries only when it compacts, and compacts only files: at a
+            low input rate a memtable would fill (and its WAL grow) for hours before the first
+            entry could expire. Flushing also keeps one version of each rewritten bucket instead of
+            every one (the WAL holds them all). Memtables are a few MB: a flush takes milliseconds."""
+            flushed = 0
+            for t in (exact_t, index_t, decide_t):
+                for db in list(getattr(t.data, "_dbs", {}).values()):
+                    db.flush()
+                    flushed += 1
+            counts["state.flushes"] += flushed
 
     @app.timer(interval=10.0)
     async def report() -> None:

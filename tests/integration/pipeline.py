@@ -21,7 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def settings_env(s: Settings, **extra: str) -> dict[str, str]:
     t = s.topics
-    env = dict(os.environ, KAFKA_BOOTSTRAP=s.kafka.bootstrap, STREAM_DEDUP_TOPICS__PAGES=t.pages,
+    # the tests' own knobs share the settings' prefix, and settings reject unknown names
+    base = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DEDUP_TEST_")}
+    env = dict(base, KAFKA_BOOTSTRAP=s.kafka.bootstrap, STREAM_DEDUP_TOPICS__PAGES=t.pages,
                STREAM_DEDUP_TOPICS__DLQ=t.dlq, STREAM_DEDUP_TOPICS__VERDICTS=t.verdicts,
                STREAM_DEDUP_TOPICS__UNIQUE=t.unique, STREAM_DEDUP_TOPICS__DUPLICATE=t.duplicate,
                STREAM_DEDUP_TOPICS__CLUSTERS=t.clusters,
@@ -129,10 +131,15 @@ def labelled_stream(tmp: Path, n_news: int, n_sms: int, seed: int = 11) -> list[
     return events
 
 
-def produce_events(settings: Settings, events: list, extra_raw: list[bytes] = (), rate: float | None = None) -> None:
+def produce_events(settings: Settings, events: list, extra_raw: list[bytes] = (), rate: float | None = None,
+                   now_ts: bool = False) -> None:
+    """Send at ``rate`` events/s (or at once); ``now_ts``: stamp each event with the wall clock as it goes
+    (a live stream, whose event-time window moves with the clock)."""
     p = producer(settings)
     t0 = time.monotonic()
     for i, e in enumerate(events):
+        if now_ts and not isinstance(e, bytes):
+            e["ts"] = int(time.time() * 1000)
         raw = e if isinstance(e, bytes) else json.dumps(e, ensure_ascii=False).encode()
         key = None if isinstance(e, bytes) else str(e["id"]).encode()
         send(p, settings.topics.pages, raw, key)

@@ -194,7 +194,8 @@ def test_cli_produce_then_tail_round_trip(kafka_settings, unique_name, tmp_path)
                            for i in range(300)), encoding="utf-8")
     topic = f"{unique_name}.cli"
     _create(kafka_settings, topic, 3)
-    env = dict(os.environ, KAFKA_BOOTSTRAP=kafka_settings.kafka.bootstrap)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DEDUP_TEST_")}  # not settings
+    env["KAFKA_BOOTSTRAP"] = kafka_settings.kafka.bootstrap
     exe = [sys.executable, "-m", "stream_dedup.cli"]
     r = subprocess.run(exe + ["produce", str(src), "--topic", topic, "--no-progress"], env=env,
                        capture_output=True, text=True, timeout=120)

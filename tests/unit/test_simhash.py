@@ -42,6 +42,22 @@ def test_weights_decide_bits():
     assert hamming(a, b) == hamming(h1, h2)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=6), st.floats(0.01, 100)), min_size=1, max_size=60,
+                unique_by=lambda t: t[0]))
+def test_numpy_simhash_equals_charikars_definition(pairs):
+    """Bit j is set when the words whose hash has bit j outweigh the others (ties clear it)."""
+    from stream_dedup.core.hashing import hash64
+    words = [w for w, _ in pairs]
+    weights = np.array([x for _, x in pairs])
+    total = float(np.add.reduce(weights))
+    expected = 0
+    for j in range(64):
+        ones = float(np.dot(weights, [(hash64(w) >> j) & 1 for w in words]))
+        expected |= (ones + ones > total) << j
+    assert simhash(words, weights) == expected
+
+
 def test_blocks_cover_64_bits():
     for n in range(2, 9):
         blocks = split_blocks(n)
