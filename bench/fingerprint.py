@@ -3,7 +3,8 @@
     python bench/fingerprint.py [--docs 300] [--repeat 5]
 
 * SimHash: this project's numpy SimHash vs the `simhash` library's Simhash, both given the same
-  (word, TF-IDF weight) list of each document.
+  (word, TF-IDF weight) list of each document; ours per document (`simhash`, as `scan` calls it)
+  and per stream batch of 256 documents (`simhash_many`, as the workers' prepare agent calls it).
 * MinHash: this project's numpy MinHash (its production path: vectorized shingle hashing) vs
   `datasketch` MinHash(num_perm=128) updated with the same 5-char shingles (batch and one by one).
 * n-gram keys (short-text detector: skeleton, winnowed 4-grams, word hashes): this project only.
@@ -25,7 +26,7 @@ from common import devset, median_time, need_shared, read_jsonl, save, table  # 
 from stream_dedup.config import load_settings  # noqa: E402
 from stream_dedup.core.detectors.minhash import MinhashDetector  # noqa: E402
 from stream_dedup.core.detectors.ngram import NgramDetector  # noqa: E402
-from stream_dedup.core.simhash import simhash  # noqa: E402
+from stream_dedup.core.simhash import simhash, simhash_many  # noqa: E402
 from stream_dedup.core.stages import Preparer  # noqa: E402
 
 
@@ -57,6 +58,13 @@ def main() -> None:
         n = len(docs)
 
         t_ours_sh = median_time(lambda: [simhash(w, wt) for w, wt in feats], a.repeat) / n
+
+        def ours_batched():  # as the prepare agent calls it: one simhash_many per stream batch of 256
+            for i in range(0, n, 256):
+                chunk = feats[i:i + 256]
+                simhash_many([w for w, _ in chunk], [wt for _, wt in chunk])
+
+        t_ours_sh_batch = median_time(ours_batched, a.repeat) / n
         t_peer_sh = median_time(lambda: [Simhash(p) for p in pairs], a.repeat) / n
 
         def peer_mh():
@@ -78,6 +86,7 @@ def main() -> None:
             d.cache.clear()
         for name, ours, peer, peer_name in [
             ("simhash", t_ours_sh, t_peer_sh, "simhash.Simhash"),
+            ("simhash, batch of 256", t_ours_sh_batch, t_peer_sh, "simhash.Simhash"),
             ("minhash", t_ours_mh, t_peer_mh, "datasketch update_batch"),
             ("minhash", t_ours_mh, t_peer_mh_loop, "datasketch update loop"),
             ("ngram keys", t_ng, None, "-"),

@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, devset, need_shared, read_jsonl, save, table  # noqa: E402
+from common import REPO, RESULTS, devset, need_shared, read_jsonl, save, table  # noqa: E402
 
 from stream_dedup.config import load_settings  # noqa: E402
 from stream_dedup.core.engine import Engine  # noqa: E402
@@ -117,7 +117,17 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path) -> 
             topic = f"{prefix}.{name}"
             total = sum(c.get_watermark_offsets(TopicPartition(topic, part), timeout=10)[1] for part in range(6))
             per_event[name] = round(total / len(events), 2)
+        # where the tail sits: p50/p99 per tenth of the run (by send time)
+        by_send = sorted((sent_at[i] - t0, v) for i, v in lat.items())
+        tenths = []
+        for k in range(10):
+            part = sorted(v for _, v in by_send[k * len(by_send) // 10:(k + 1) * len(by_send) // 10])
+            if part:
+                tenths.append({"from_s": round(by_send[k * len(by_send) // 10][0], 1),
+                               "p50_ms": round(1000 * part[len(part) // 2], 1),
+                               "p99_ms": round(1000 * part[int(0.99 * (len(part) - 1))], 1)})
         return {"events": len(events), "answered": len(lat), "seconds": round(last - t0, 2),
+                "latency_by_tenth": tenths, "timeline": [[round(a, 3), round(1000 * b, 1)] for a, b in by_send],
                 "messages_per_event": per_event,
                 "events_per_s": round(len(lat) / (last - t0), 1),
                 "latency_median_ms": round(1000 * statistics.median(vals), 1),
@@ -179,7 +189,35 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     text = table(["kind", "workers", "events", "answered", "events/s", "latency p50 ms", "latency p99 ms",
                   "scan events/s", "kafka/scan", "internal msgs/event", "changelog msgs/event"], rows)
-    save("kafka_e2e" + (f"_rate{int(a.rate)}" if a.rate else ""), {"runs": results, "args": vars(a)}, text)
+    name = "kafka_e2e" + (f"_rate{int(a.rate)}" if a.rate else "")
+    for r in results:
+        print(f"{r['kind']} x{r['workers']}: latency p50/p99 ms by tenth of the run:",
+              " ".join(f"{t['p50_ms']:.0f}/{t['p99_ms']:.0f}" for t in r["latency_by_tenth"]))
+    save(name, {"runs": results, "args": vars(a)}, text)
+    plot(name, results)
+
+
+def plot(name: str, results: list[dict]) -> None:
+    """Verdict latency against send time, one panel per run (shows whether the tail is a start-up
+    effect, periodic stalls or a growing queue); skipped without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(8, 2.4 * len(results)), squeeze=False)
+    for ax, r in zip(axes[:, 0], results):
+        xs, ys = zip(*r["timeline"]) if r["timeline"] else ((), ())
+        ax.scatter(xs, ys, s=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{r['kind']}, {r['workers']} worker(s), rate {r['rate'] or 'max'}", fontsize=9)
+        ax.set_ylabel("latency ms")
+    axes[-1, 0].set_xlabel("send time s")
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"{name}.png", dpi=110)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@
 # If KAFKA_BOOTSTRAP is set, start and stop do nothing: an existing cluster is used.
 # KAFKA_SASL_SCRAM=user:password (with --fresh) adds a SASL_PLAINTEXT listener on KAFKA_SASL_PORT
 # (KAFKA_PORT+2) with that SCRAM-SHA-512 user, for the security tests.
+# KAFKA_SSL_KEYSTORE=file.pem (the broker's private key, unencrypted PKCS#8, and its certificate chain)
+# adds a TLS listener on KAFKA_SSL_PORT (KAFKA_PORT+3), for the security tests.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -68,6 +70,18 @@ listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.com
 EOT
     scram=(--add-scram "SCRAM-SHA-512=[name=$user,password=$pass]")
   fi
+  if [ -n "${KAFKA_SSL_KEYSTORE:-}" ]; then  # a PEM file (private key + certificate chain) -> an SSL listener
+    [ -r "$KAFKA_SSL_KEYSTORE" ] || { say "KAFKA_SSL_KEYSTORE=$KAFKA_SSL_KEYSTORE is not a readable file"; exit 2; }
+    local tport="${KAFKA_SSL_PORT:-$((port + 3))}"
+    sed -i -e "s|^listeners=\(.*\)|listeners=\1,SSL://127.0.0.1:$tport|" \
+           -e "s|^advertised.listeners=\(.*\)|advertised.listeners=\1,SSL://127.0.0.1:$tport|" \
+           -e "s|^listener.security.protocol.map=\(.*\)|listener.security.protocol.map=\1,SSL:SSL|" \
+           "$run/server.properties"
+    cat >>"$run/server.properties" <<EOT
+listener.name.ssl.ssl.keystore.type=PEM
+listener.name.ssl.ssl.keystore.location=$KAFKA_SSL_KEYSTORE
+EOT
+  fi
   local cp="$libs/*"
   local jvm=(java "-Xmx${KAFKA_HEAP:-512m}" "-Xms128m" -XX:+UseG1GC -Djava.awt.headless=true
              "-Dlog4j.configuration=file:$here/log4j.properties" "-Dkafka.logs.dir=$run/logs" -cp "$cp")
@@ -83,7 +97,7 @@ EOT
   echo $! >"$pidfile"
   until grep -q "Kafka Server started" "$run/logs/server.log" 2>/dev/null \
         && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
-    if ! running; then tail -30 "$run/logs/stdout.log" "$run/logs/server.log" >&2 || true; say "broker exited"; exit 1; fi
+    if ! running; then tail -n 30 "$run/logs/stdout.log" "$run/logs/server.log" >&2 || true; say "broker exited"; exit 1; fi
     if (( SECONDS - t0 > timeout )); then say "broker did not answer within ${timeout}s"; stop; exit 1; fi
     sleep 0.5
   done

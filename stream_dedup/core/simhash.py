@@ -2,8 +2,9 @@
 
 Fingerprint: each distinct word w has weight tf(w) * idf(w) and a 64-bit mmh3 hash; bit j of
 the fingerprint is 1 when the weights of the words whose hash has bit j set outweigh those
-whose hash has it clear. The bit matrix is a numpy unpack of the hash array, and the sum a
-single matrix-vector product, so one document costs one pass over its distinct words.
+whose hash has it clear. The bit matrix is a numpy unpack of the hash array; the sums are one
+matrix-vector product for a long text, and one segmented reduction for a whole batch of short
+texts (``simhash_many``).
 
 Band keys (Manku, Jain, Das Sarma 2007): two fingerprints within Hamming distance k differ in
 at most k of any k+1 disjoint blocks, so they agree on at least one whole block (pigeonhole).
@@ -15,7 +16,7 @@ at most k of any k+1 disjoint blocks, so they agree on at least one whole block 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import chain, combinations
 from typing import Literal
 
 import numpy as np
@@ -25,17 +26,77 @@ from .hashing import hash64_list
 BITS = 64
 
 
+def _bit_rows(words: list[str]) -> np.ndarray:
+    """One row of 64 bits (uint8) per word: the unpacked mmh3 hash."""
+    hashes = np.array(hash64_list(words), dtype=np.uint64)
+    return np.unpackbits(hashes.view(np.uint8), bitorder="little").reshape(-1, BITS)
+
+
+def _weighted_bits(words: list[str], weights: np.ndarray) -> np.ndarray:
+    """Rows of (weight if bit j of the word's hash is set, for j < 64; then the weight itself)."""
+    out = np.empty((len(words), BITS + 1))
+    np.multiply(_bit_rows(words), weights[:, None], out=out[:, :BITS])
+    # the weight column gives each document's total, summed in the same row-by-row order as its
+    # bit sums: the comparison below is the same arithmetic in the one-document and batch paths
+    out[:, BITS] = weights
+    return out
+
+
+def _bits_set(sums: np.ndarray) -> np.ndarray:
+    """Bit j set when its words outweigh the rest (ties clear it)."""
+    return sums[..., :BITS] + sums[..., :BITS] > sums[..., BITS:]
+
+
+# Documents with at least this many words take one BLAS matrix-vector product each (news: ~130
+# words); shorter ones (SMS: ~15) a row-by-row sum, which ``simhash_many`` does for a whole batch
+# in one pass. The choice depends on the document alone, so a fingerprint is the same arithmetic
+# whether ``scan`` computes it alone or a worker in a batch.
+LONG = 48
+
+
 def simhash(words: list[str], weights: np.ndarray) -> int:
     """SimHash of distinct ``words`` with their ``weights`` (same length)."""
     if not words:
         return 0
-    # cached word hashes come without a Python call per word; the 1-D unpack, np.dot and a uint64
-    # view of the packed bits save most of numpy's fixed costs on short texts
-    hashes = np.array(hash64_list(words), dtype=np.uint64)
-    bits = np.unpackbits(hashes.view(np.uint8), bitorder="little").reshape(-1, BITS)
-    ones = np.dot(weights, bits)  # weight of the words with each bit set
-    # bit j set when its words outweigh the rest; int.from_bytes skips a uint64 view and scalar boxing
-    return int.from_bytes(np.packbits(ones > 0.5 * np.add.reduce(weights), bitorder="little").tobytes(), "little")
+    if len(words) >= LONG:
+        ones = np.dot(weights, _bit_rows(words))  # weight of the words with each bit set
+        set_ = ones > 0.5 * np.add.reduce(weights)
+    else:
+        set_ = _bits_set(np.add.reduce(_weighted_bits(words, weights), axis=0))
+    # int.from_bytes skips a uint64 view and scalar boxing
+    return int.from_bytes(np.packbits(set_, bitorder="little").tobytes(), "little")
+
+
+# rows (words) per numpy pass: bounds the float64 matrix at about 8 MB however large a batch is
+_ROWS = 16_384
+_U64 = np.dtype("<u8")
+
+
+def simhash_many(words: list[list[str]], weights: list[np.ndarray]) -> list[int]:
+    """``simhash`` of each document of a batch, with numpy calls per batch instead of per document.
+
+    Why: a short text costs more in numpy's per-call overhead than in arithmetic, and the workers
+    prepare events a stream batch at a time. Each short document's sums run row by row over its
+    own rows (``np.add.reduceat``), exactly as ``simhash`` sums them alone, so a fingerprint does
+    not depend on whether or with which documents it was batched.
+    """
+    lens = [len(ws) for ws in words]
+    out = [simhash(ws, wt) if n >= LONG else 0 for ws, wt, n in zip(words, weights, lens)]
+    short = [i for i, n in enumerate(lens) if 0 < n < LONG]
+    start = 0
+    while start < len(short):
+        end, rows = start + 1, lens[short[start]]
+        while end < len(short) and rows + lens[short[end]] <= _ROWS:
+            rows += lens[short[end]]
+            end += 1
+        docs = short[start:end]
+        weighted = _weighted_bits(list(chain.from_iterable(words[i] for i in docs)),
+                                  np.concatenate([weights[i] for i in docs]))
+        sums = np.add.reduceat(weighted, np.cumsum([0] + [lens[i] for i in docs[:-1]]), axis=0)
+        for i, fp in zip(docs, np.packbits(_bits_set(sums), axis=1, bitorder="little").view(_U64).ravel().tolist()):
+            out[i] = fp
+        start = end
+    return out
 
 
 def hamming(a: int, b: int) -> int:

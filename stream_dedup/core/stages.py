@@ -199,6 +199,30 @@ class Preparer:
         """Raises Rejected with a reason code for anything that cannot be judged."""
         return self.sketch(self.document(raw, default_ts))
 
+    def prepare_many(self, events: list[tuple[bytes | str | dict, int | None]]) -> list[Prepared | Exception]:
+        """``prepare`` of each (raw, default_ts) of a stream batch, with each detector's batch work
+        (``Detector.prefetch``) done once for all of them; an event that cannot be judged gets its
+        exception (``Rejected`` with the reason, or the internal error) in its place."""
+        docs: list[Doc | Exception] = []
+        for raw, ts in events:
+            try:
+                docs.append(self.document(raw, ts))
+            except Exception as e:  # noqa: BLE001 - handed back: the caller dead-letters it
+                docs.append(e)
+        ok = [d for d in docs if isinstance(d, Doc)]
+        for det in self.detectors:
+            try:
+                det.prefetch([d for d in ok if det.applies(d)])
+            except Exception:  # noqa: BLE001 - only a speed-up: sketch() below meets the error per document
+                pass
+        out: list[Prepared | Exception] = []
+        for d in docs:
+            try:
+                out.append(d if isinstance(d, Exception) else self.sketch(d))
+            except Exception as e:  # noqa: BLE001
+                out.append(e)
+        return out
+
 
 def route_probes(p: Prepared, partitions: int) -> list[Probe]:
     """Group the document's keys by owning partition: one probe per partition, never one per key."""

@@ -14,6 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .cache import GenerationalCache
+
 if TYPE_CHECKING:
     from ..config import TextSettings
 
@@ -71,28 +73,28 @@ class WordTokenizer:
 
     def words(self, text: str) -> list[str]:
         keep = _keep_cache(self.stopwords_path)
+        young, miss = keep.young.get, keep.miss
         out = []
         # normalization folds 。 to "."; jieba counts "." as a word character (decimals, URLs), so a
         # whole paragraph became one block. Sentence-final dots go back to 。 for segmentation only:
         # jieba sees sentences as it was built to, and runs about 10% faster.
         for w in _jieba(self.user_dict, self.segmenter).lcut(_SENTENCE_DOT.sub("。", text)):
-            k = keep.get(w)
-            if k is None:  # decided once per distinct token: a dict hit costs less than the three tests
-                if len(keep) >= _KEEP_MAX:
-                    keep.clear()
-                k = keep[w] = w not in self.stopwords and not w.isspace() and _WORDLIKE.search(w) is not None
+            # decided once per distinct token: a dict hit costs less than the three tests. ``young``
+            # may be a retired generation after a miss rotated them; its answers are still right.
+            k = young(w)
+            if k is None:
+                k = miss(w)
             if k:
                 out.append(w)
         return out
 
 
-_KEEP_MAX = 1_000_000
-
-
 @lru_cache(maxsize=8)
-def _keep_cache(stopwords_path: str | None) -> dict[str, bool]:
-    """Per stop-word list: token -> whether ``words`` keeps it."""
-    return {}
+def _keep_cache(stopwords_path: str | None) -> GenerationalCache[str, bool]:
+    """Per stop-word list: token -> whether ``words`` keeps it (2 x 32,768 tokens at most)."""
+    stop = _stopwords_cached(stopwords_path)
+    return GenerationalCache(lambda w: w not in stop and not w.isspace() and _WORDLIKE.search(w) is not None,
+                             32_768)
 
 
 @lru_cache(maxsize=8)

@@ -143,8 +143,10 @@ def run_batched(events: list[dict], settings, partitions: int, rng: random.Rando
         stage = rng.choice(["pages", "fingerprints", "probes", "answers"])
         out: dict = {}
         if stage == "pages":
-            for _ in range(min(rng.choice([1, 50, 256]), len(pages))):
-                p = prep.prepare(json.dumps(pages.popleft(), ensure_ascii=False))
+            raws = [(json.dumps(pages.popleft(), ensure_ascii=False), None)
+                    for _ in range(min(rng.choice([1, 50, 256]), len(pages)))]
+            for p in prep.prepare_many(raws):  # as the prepare agent: one call per stream batch
+                assert isinstance(p, Prepared), p
                 out.setdefault(digest_partition(p.digest, partitions), []).append(p.to_bytes())
             send("fingerprints", out)
         elif stage == "fingerprints":
@@ -199,3 +201,32 @@ def test_batched_stages_over_partitioned_tables_converge_on_scan(tmp_path, seed)
     assert sum(1 for v in got.values() if v.verdict == "duplicate") > 0.02 * len(events)
     # batching is what it is for: fewer messages than items
     assert counts["answers.messages"] < counts["answers.items"] / 2
+
+
+def test_a_prepared_batch_equals_each_event_prepared_alone():
+    """The prepare agent calls ``prepare_many`` per stream batch (detectors' batch work, e.g. one
+    SimHash pass); ``scan`` calls ``prepare`` per event. Same sketches, same rejections, in order."""
+    shared_data("news/thucnews_1000.jsonl")
+    from ..nasty import nasty_events
+    from ..integration.pipeline import labelled_stream
+
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as tmp:
+        events = labelled_stream(Path(tmp), n_news=60, n_sms=200, seed=3)
+    raws = [json.dumps(e, ensure_ascii=False) for e in events] + [raw for _, raw in nasty_events()]
+    random.Random(3).shuffle(raws)
+    prep = Preparer(load_settings(environ={}))
+
+    def alone(raw):
+        try:
+            return prep.prepare(raw, 1_700_000_000_000).to_bytes()
+        except Exception as e:  # noqa: BLE001
+            return getattr(e, "reason", "internal_error")
+
+    batched = [p.to_bytes() if isinstance(p, Prepared) else getattr(p, "reason", "internal_error")
+               for p in prep.prepare_many([(r, 1_700_000_000_000) for r in raws])]
+    assert batched == [alone(r) for r in raws]
+    simhashed = sum(1 for b in batched if isinstance(b, bytes) and json.loads(b)["s"] and
+                    any(s[0] == 1 for s in json.loads(b)["s"]))
+    assert simhashed > 30 and sum(1 for b in batched if isinstance(b, str)) > 10

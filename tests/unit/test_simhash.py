@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stream_dedup.config import load_settings
-from stream_dedup.core.simhash import BandScheme, hamming, simhash, split_blocks
+from stream_dedup.core.simhash import BandScheme, hamming, simhash, simhash_many, split_blocks
 from stream_dedup.core.stages import Preparer
 
 ARTICLE = ("国家统计局今天发布数据显示，今年前三季度国内生产总值同比增长百分之五点二，增速比上半年加快零点一个百分点。"
@@ -43,19 +43,49 @@ def test_weights_decide_bits():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.text(min_size=1, max_size=6), st.floats(0.01, 100)), min_size=1, max_size=60,
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=6), st.floats(0.01, 100)), min_size=1, max_size=100,
                 unique_by=lambda t: t[0]))
 def test_numpy_simhash_equals_charikars_definition(pairs):
-    """Bit j is set when the words whose hash has bit j outweigh the others (ties clear it)."""
+    """Bit j is set when the words whose hash has bit j outweigh the others (ties clear it).
+
+    Sums in word order, as the short-text path takes them; the long-text path's BLAS product may
+    add in another order, which random weights cannot tell apart (no exact ties)."""
     from stream_dedup.core.hashing import hash64
     words = [w for w, _ in pairs]
     weights = np.array([x for _, x in pairs])
-    total = float(np.add.reduce(weights))
+    total = 0.0
+    for x in weights.tolist():  # summed in word order, as the fingerprint sums
+        total += x
     expected = 0
     for j in range(64):
-        ones = float(np.dot(weights, [(hash64(w) >> j) & 1 for w in words]))
+        ones = 0.0
+        for w, x in zip(words, weights.tolist()):
+            if (hash64(w) >> j) & 1:
+                ones += x
         expected |= (ones + ones > total) << j
     assert simhash(words, weights) == expected
+
+
+doc_lists = st.lists(st.lists(st.tuples(st.text(min_size=1, max_size=4), st.floats(0.01, 100)), max_size=70,
+                              unique_by=lambda t: t[0]), max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(doc_lists, st.integers(1, 200))
+def test_a_batch_gives_each_document_the_fingerprint_it_gets_alone(docs, rows):
+    """The workers fingerprint per stream batch, ``scan`` per document: the two must agree bit for bit,
+    whatever the batch and however it is split into numpy passes."""
+    import stream_dedup.core.simhash as sh
+    words = [[w for w, _ in d] for d in docs]
+    weights = [np.array([x for _, x in d], dtype=np.float64) for d in docs]
+    alone = [simhash(w, x) for w, x in zip(words, weights)]
+    saved = sh._ROWS
+    sh._ROWS = rows  # small passes too: a document never straddles two
+    try:
+        assert simhash_many(words, weights) == alone
+    finally:
+        sh._ROWS = saved
+    assert simhash_many(words, weights) == alone
 
 
 def test_blocks_cover_64_bits():

@@ -49,6 +49,11 @@ class Detector(ABC):
         s = self.sketch(doc)
         return s.keys if s else ()
 
+    def prefetch(self, docs: "list[Doc]") -> None:
+        """Work for a whole batch of documents it applies to, ahead of ``sketch`` on each (optional).
+
+        Only a speed-up: ``sketch`` must give the same answer with or without it."""
+
 
 def doc_words(doc: "Doc", tokenizer: "WordTokenizer") -> list[str]:
     """jieba words of the normalized text, computed once per document and shared by detectors."""

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..simhash import BandScheme, hamming, simhash
+from ..simhash import BandScheme, hamming, simhash, simhash_many
 from .base import Detector, Match, Sketch, doc_words
 
 if TYPE_CHECKING:
@@ -27,17 +27,34 @@ class SimhashDetector(Detector):
         self.scheme = BandScheme.make(k, bands)  # type: ignore[arg-type]
         self.min_features = min_features
         self.min_chars = min_chars
+        self._cache_key = f"simhash#{id(self)}"  # this detector's prefetched fingerprint in Doc.cache
 
     def applies(self, doc: "Doc") -> bool:
         return len(doc.text) >= self.min_chars
 
-    def fingerprint(self, doc: "Doc") -> int | None:
+    def features(self, doc: "Doc") -> tuple[list[str], np.ndarray] | None:
+        """Distinct words and their TF-IDF weights; None below ``min_features`` words."""
         tf = Counter(doc_words(doc, self.tokenizer))
         if len(tf) < self.min_features:
             return None
         words = list(tf)
-        weights = np.fromiter((tf[w] * self.idf.get(w) for w in words), dtype=np.float64, count=len(words))
-        return simhash(words, weights)
+        return words, np.fromiter((tf[w] * self.idf.get(w) for w in words), dtype=np.float64, count=len(words))
+
+    def fingerprint(self, doc: "Doc") -> int | None:
+        if self._cache_key in doc.cache:
+            return doc.cache[self._cache_key]
+        f = self.features(doc)
+        return simhash(*f) if f is not None else None
+
+    def prefetch(self, docs: "list[Doc]") -> None:
+        """One ``simhash_many`` for the batch: numpy's fixed costs once, not once per short text."""
+        feats = [self.features(d) for d in docs]
+        ok = [(d, f) for d, f in zip(docs, feats) if f is not None]
+        fps = simhash_many([f[0] for _, f in ok], [f[1] for _, f in ok])
+        for d in docs:
+            d.cache[self._cache_key] = None
+        for (d, _), fp in zip(ok, fps):
+            d.cache[self._cache_key] = fp
 
     def sketch(self, doc: "Doc") -> Sketch | None:
         fp = self.fingerprint(doc)

@@ -1,0 +1,60 @@
+"""The two-generation memo that keeps the hot-path caches' memory flat."""
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mmh3
+
+from stream_dedup.core.cache import GenerationalCache
+from stream_dedup.core.hashing import _HASHES, hash64, hash64_list
+from stream_dedup.core.tokenize import WordTokenizer, _keep_cache
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=4), max_size=300), st.integers(1, 20))
+def test_answers_equal_the_function_and_memory_stays_within_two_generations(keys, size):
+    calls: list[str] = []
+
+    def compute(k: str) -> int:
+        calls.append(k)
+        return len(k) * 7 + 1
+
+    c = GenerationalCache(compute, size)
+    half = len(keys) // 2
+    assert [c.get(k) for k in keys[:half]] == [len(k) * 7 + 1 for k in keys[:half]]
+    assert c.get_many(keys[half:]) == [len(k) * 7 + 1 for k in keys[half:]]
+    assert len(c.young) <= size and len(c.old) <= size
+    assert len(calls) <= len(keys)
+
+
+def test_a_key_used_within_the_last_generation_is_not_recomputed():
+    calls: list[int] = []
+    c = GenerationalCache(lambda k: calls.append(k) or k, 3)
+    for k in (1, 2, 3):
+        c.get(k)
+    c.get(4)  # rotates: 1, 2, 3 become the old generation
+    c.get(1)  # found in the old one and moved to the young one
+    assert calls == [1, 2, 3, 4]
+    for k in (5, 6):
+        c.get(k)  # rotates again: old 1..3 dropped except 1, which is young
+    c.get(1)
+    assert calls == [1, 2, 3, 4, 5, 6]
+    c.get(2)  # dropped two rotations ago: computed again
+    assert calls == [1, 2, 3, 4, 5, 6, 2]
+    assert len(c) <= 6
+
+
+def test_the_feature_hash_cache_is_bounded_and_answers_mmh3():
+    words = [f"词{i}" for i in range(3 * _HASHES.size)]
+    assert hash64_list(words) == [mmh3.hash64(w, signed=False)[0] for w in words]
+    assert len(_HASHES) <= 2 * _HASHES.size
+    assert hash64(words[-1]) == mmh3.hash64(words[-1], signed=False)[0]
+
+
+def test_the_word_filter_cache_is_bounded_and_filters_the_same():
+    tok = WordTokenizer()
+    keep = _keep_cache(tok.stopwords_path)
+    text = "，".join(f"北京{i}号" for i in range(3 * keep.size // 2)) + "。的了"
+    words = tok.words(text)
+    assert "的" not in words and "，" not in words and "北京" in words
+    assert len(keep) <= 2 * keep.size
+    assert tok.words(text) == words  # the same answers after generations rotated
