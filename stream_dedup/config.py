@@ -127,7 +127,8 @@ class EngineSettings(_Section):
     detectors: list[str] | Literal["auto"] = Field(
         "auto", description="detectors to run, or auto: ngram for short texts, simhash for long ones")
     window_ms: int = Field(7 * 24 * 3600 * 1000, gt=0, description="event-time window of exact and near state")
-    bloom_capacity: int = Field(1_000_000, gt=0, description="distinct documents per window the Bloom filter is sized for")
+    bloom_capacity: int = Field(1_000_000, gt=0, description="distinct documents per window (whole stream) the Bloom filters are sized for; "
+                                "each exact partition gets capacity / topics.partitions")
     bloom_fp_rate: float = Field(0.01, gt=0, lt=1, description="target false-positive rate of the decaying Bloom filter (the digest store confirms every hit)")
 
 

@@ -13,7 +13,8 @@ Bounds (n = distinct items inserted within one window, m cells, k hashes):
 * False-positive rate (1 - e^{-kn/m})^k, sized by ``for_capacity(n, p)``:
   m = -n ln p / (ln 2)^2, k = (m / n) ln 2. ``estimated_fp_rate()`` measures it from the live
   cells; the tests measure it against fresh items.
-* Memory: 4 m bytes: 1,000,000 documents per window at p = 1% is 9.59 M cells, 38 MB.
+* Memory: 4 m bytes: 1,000,000 documents per window at p = 1% is 9.59 M cells, 38 MB. The workers
+  give each exact partition its share (``engine.bloom_capacity / topics.partitions``).
 
 A "maybe" is confirmed against the digest store, so a false positive costs one RocksDB read
 and never marks a unique page duplicate. The clock is any monotone number: event time in
@@ -58,6 +59,9 @@ class DecayingBloom:
         self.tick_len = max(1, window // resolution)
         self.window_ticks = -(-window // self.tick_len)  # ceil
         self.cells = np.zeros(shape.cells, dtype=np.uint32)
+        # np.zeros maps untouched pages; inserts touch random cells, so RSS would creep up towards
+        # the filter's size for thousands of inserts. Touch them now: memory is what it will be.
+        self.cells.fill(0)
         self.base: int | None = None  # tick value stored as 1; keeps uint32 cells small
         self.inserted = 0
 

@@ -190,7 +190,10 @@ def build_app(settings: Settings) -> faust.App:
     def exact_store(partition: int) -> ExactStore:
         st = exact_by_part.get(partition)
         if st is None:  # first event of a partition in this process: warm its filter from the table
-            st = exact_by_part[partition] = ExactStore(exact_data, window, bloom_capacity=settings.engine.bloom_capacity,
+            # digests spread evenly over the exact stage's partitions: each partition's filter is
+            # sized for its share of the stream's capacity, not for all of it
+            st = exact_by_part[partition] = ExactStore(exact_data, window,
+                                                       bloom_capacity=-(-settings.engine.bloom_capacity // n),
                                                        bloom_fp_rate=settings.engine.bloom_fp_rate)
             rebuilt = st.rebuild_bloom(exact_data.partition_items(partition))
             log.info("exact partition %d: Bloom filter rebuilt from %d stored digests", partition, rebuilt)
