@@ -86,3 +86,38 @@ def test_gap_filler_processes_the_missing_messages_first():
 
     assert asyncio.run(run()) == [[], [], [9, 10, 11]]
     assert log == [("pages", 1, 9, 12)] and filled == [("pages", 3)]
+
+
+def test_faust_commits_past_a_gap_the_filler_marked_once_later_offsets_are_acked():
+    """The worker tells Faust's consumer about offsets the stream skipped (``_add_gap``, private in
+    faust-streaming). Faust commits only up to its first offset no event acked: without the gap the
+    partition's commit stays before the skipped offsets for good; with it, the commit moves past
+    them, but only once a later offset is acked (after the batch that re-processed them)."""
+    import asyncio
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from faust.transport.consumer import Consumer
+    from faust.types import TP
+    from intervaltree import IntervalTree
+
+    tp = TP("probes", 3)
+
+    def consumer(committed: int):
+        return SimpleNamespace(_acked=defaultdict(list), _acked_index=defaultdict(set), _gap=defaultdict(IntervalTree),
+                               _committed_offset=defaultdict(lambda: None, {tp: committed}))
+
+    def ack(c, *offsets):
+        for o in offsets:
+            c._acked[tp].append(o)
+            c._acked_index[tp].add(o)
+
+    stuck = consumer(committed=2)  # offsets 2..5 skipped by the stream, 6.. processed
+    ack(stuck, 6, 7, 8)
+    assert Consumer._new_offset(stuck, tp) is None  # never moves: the bug the gap marking fixes
+
+    fixed = consumer(committed=2)
+    asyncio.run(Consumer._add_gap(fixed, tp, 2, 5))
+    assert Consumer._new_offset(fixed, tp) is None  # nothing acked after the gap yet: no commit
+    ack(fixed, 6, 7, 8)
+    assert Consumer._new_offset(fixed, tp) == 9
