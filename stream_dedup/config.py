@@ -158,7 +158,9 @@ class WorkerSettings(_Section):
     state_flush_s: float = Field(60.0, ge=0, description="flush every table partition's memtable this often, so that "
                                  "RocksDB compacts and its TTL drops expired entries at any input rate (bounded memory "
                                  "and disk); 0: only when a memtable fills")
-    rocksdb_block_cache_mb: int = Field(16, ge=1, le=65536, description="read cache of each table partition's RocksDB")
+    rocksdb_memory_mb: int = Field(64, ge=8, le=65536, description="RocksDB memory of the whole worker: one block "
+                                   "cache shared by every table partition, holding index and filter blocks, with half "
+                                   "of it for memtables (charged to the cache); bounds RSS whatever the partition count")
 
 
 class Settings(_Section):

@@ -43,6 +43,7 @@ from ..core.store import WriteBack
 from ..kafka_io import client_config
 from .credentials import faust_credentials
 from .gaps import GapFiller, confluent_fetch
+from . import rocks
 from .metrics import Metrics
 from .watchdog import EXIT_STALLED, StallDetector
 
@@ -96,7 +97,7 @@ def build_app(settings: Settings) -> faust.App:
         w.app_id,
         broker=[f"kafka://{hp.strip()}" for hp in settings.kafka.bootstrap.split(",")],
         broker_credentials=faust_credentials(settings.kafka.client),
-        store="rocksdb://",
+        store=f"{rocks.SCHEME}://",
         datadir=str(Path(w.state_dir).absolute()),
         topic_partitions=n,
         topic_replication_factor=settings.kafka.replication_factor,
@@ -139,8 +140,10 @@ def build_app(settings: Settings) -> faust.App:
     # one big table; here every table partition is a database (3 tables x partitions), so the worker's
     # memory would grow towards gigabytes, and a memtable that never fills is never flushed, so
     # TTL compaction never drops the expired entries (the soak test measures both).
+    # One memory budget for all of them (stream/rocks.py).
+    budget = rocks.Budget.of(w.rocksdb_memory_mb << 20)
     rocksdb = {"ttl": ttl_s, "write_buffer_size": w.rocksdb_write_buffer_mb << 20, "max_write_buffer_number": 2,
-               "block_cache_size": w.rocksdb_block_cache_mb << 20}
+               "budget": budget}
 
     def table(name: str):
         return app.Table(name, key_type=bytes, value_type=bytes,  # bytes types: raw serializers
@@ -509,6 +512,7 @@ def build_app(settings: Settings) -> faust.App:
             metrics.bloom_fill.labels(str(part)).set(st.bloom.live_fraction(clock))
             metrics.bloom_fp.labels(str(part)).set(st.bloom.estimated_fp_rate(clock))
         metrics.bloom_false_hits.set(sum(st.bloom_fp for st in exact_by_part.values()))
+        metrics.rocksdb_memory.set(budget.usage())
         tables = Path(app.conf.tabledir)
         for name in ("exact", "index", "decide"):
             metrics.state_bytes.labels(name).set(sum(f.stat().st_size for d in tables.glob(f"{name}-*.db")

@@ -38,6 +38,8 @@ class Metrics:
                                   registry=r)
         self.state_bytes = Gauge("stream_dedup_state_bytes", "RocksDB files of a table on this worker",
                                  ["table"], registry=r)
+        self.rocksdb_memory = Gauge("stream_dedup_rocksdb_memory_bytes", "RocksDB's shared block cache in use "
+                                    "(memtables, index and filter blocks included)", registry=r)
         self.bloom_fill = Gauge("stream_dedup_bloom_fill_ratio", "live cells of the exact stage's Bloom filter",
                                 ["partition"], registry=r)
         self.bloom_fp = Gauge("stream_dedup_bloom_fp_rate_estimate", "estimated false-positive rate of the filter",

@@ -87,6 +87,9 @@ def check_metrics(port: int, n_events: int, settings) -> None:
     assert value(m, "stream_dedup_stage_seconds_count", stage="decide") >= 2 * n_events
     assert value(m, "stream_dedup_bucket_bytes_count") > 0
     assert value(m, "stream_dedup_state_bytes", table="index") > 0
+    # the tables' memtables are charged to the one shared cache, which stays within its budget
+    budget = settings.worker.rocksdb_memory_mb << 20
+    assert 0 < value(m, "stream_dedup_rocksdb_memory_bytes") <= 1.1 * budget
     assert value(m, "stream_dedup_pending_documents") == 0
     assert value(m, "stream_dedup_worker_ready") == 1
     assert total(m, "stream_dedup_bloom_fill_ratio") > 0

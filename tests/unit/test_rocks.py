@@ -1,0 +1,52 @@
+"""The worker's RocksDB databases share one memory budget (stream/rocks.py), on real RocksDB files."""
+from __future__ import annotations
+
+import os
+
+from faust import stores
+
+from stream_dedup.stream.rocks import SCHEME, BoundedOptions, BoundedStore, Budget
+
+MB = 1 << 20
+
+
+def test_memtables_are_charged_to_the_shared_cache_and_flushed_at_the_budget(tmp_path):
+    budget = Budget.of(8 * MB)  # half of it, 4 MiB, for the memtables of all databases together
+    opts = BoundedOptions(write_buffer_size=16 * MB, max_write_buffer_number=2, ttl=3600, budget=budget)
+    dbs = [opts.open(tmp_path / f"t-{i}.db") for i in range(12)]
+    written = {}
+    for round_ in range(64):  # 1 MiB per database: none of them fills its own 16 MiB memtable
+        for i, db in enumerate(dbs):
+            key, value = f"{round_}".encode(), os.urandom(16 << 10)
+            db[key] = value
+            written[(i, key)] = value
+    # the write buffers count against the block cache (no reads happened, so that is all it holds) ...
+    assert budget.usage() >= budget.write_buffers.get_usage() > MB
+    # ... and the 12 MiB written together passed the 4 MiB budget, so RocksDB flushed memtables early
+    assert list(tmp_path.rglob("*.sst")), "no memtable was flushed: the write-buffer manager is not shared"
+    for (i, key), value in list(written.items())[::37]:
+        assert dbs[i][key] == value
+    for db in dbs:
+        db.close()
+
+
+def test_reads_fill_the_shared_cache_only_up_to_its_capacity(tmp_path):
+    budget = Budget.of(8 * MB)
+    opts = BoundedOptions(write_buffer_size=4 * MB, max_write_buffer_number=2, budget=budget)
+    dbs = [opts.open(tmp_path / f"t-{i}.db") for i in range(6)]
+    for i, db in enumerate(dbs):
+        for k in range(400):
+            db[k.to_bytes(4, "big")] = bytes([i]) * (8 << 10)
+        db.flush()
+    for _ in range(2):
+        for i, db in enumerate(dbs):
+            for k in range(400):
+                assert db[k.to_bytes(4, "big")][:1] == bytes([i])
+    # 6 x 400 x 8 KiB = 19 MiB read through one 8 MiB cache (six caches of their own would hold all of it)
+    assert MB < budget.usage() <= 9 * MB
+    for db in dbs:
+        db.close()
+
+
+def test_the_store_scheme_names_the_bounded_store():
+    assert stores.by_url(f"{SCHEME}://") is BoundedStore
