@@ -85,6 +85,20 @@ class TableMapping(MutableMapping):
                 yield k, v
 
 
+def hold(batch: list) -> None:
+    """Keep a batch that was not done (the worker is stopping) out of every later commit.
+
+    Faust's ``take_events`` acks its buffered events in a ``finally``, so also when an agent
+    leaves in the middle of a batch, and the consumer's last commit on shutdown then commits
+    it: its output dropped, its messages never replayed (the rebalance test lost five
+    documents' probe answers this way when one worker got SIGTERM mid-stream). A message
+    marked acked here is skipped by that ack (``Message.ack`` does nothing for an acked
+    message), so the partition's commit stops before it and its next owner replays it.
+    """
+    for ev, _ in batch:
+        ev.message.acked = True
+
+
 def event_partition(event: Any) -> int | None:
     return event.message.partition if event is not None else None
 
@@ -211,8 +225,8 @@ def build_app(settings: Settings) -> faust.App:
 
         Faust stops the consumer, flushes the producer, then stops the agents: a batch still in
         progress would write tables (changelog messages) into a producer that is going away, and
-        the crash turns a clean SIGTERM into an error exit. Its offsets are not committed any more,
-        so the batch is simply left to be replayed after the restart.
+        the crash turns a clean SIGTERM into an error exit. The agents leave such a batch held
+        (``hold``): the consumer's last commit stops before it, and it is replayed after the restart.
         """
         stopping.append(True)
 
@@ -229,10 +243,10 @@ def build_app(settings: Settings) -> faust.App:
                 log.info("exact partition %d revoked: its Bloom filter is dropped", tp.partition)
 
     async def send_batches(out: dict[tuple[Any, int], list[bytes]]) -> list:
-        """Send the items gathered per (topic, partition), packed; returns the delivery futures."""
-        if stopping:  # see quiesce: the batch will be replayed
-            out.clear()
-            return []
+        """Send the items gathered per (topic, partition), packed; returns the delivery futures.
+
+        Callers check ``stopping`` before and after: a batch whose output may not have reached
+        the broker is held for replay (see ``hold``)."""
         futs = []
         for (tp, part), items in out.items():
             for body in pack_batches(items):
@@ -296,7 +310,7 @@ def build_app(settings: Settings) -> faust.App:
         async for batch in batches(stream):
             out: dict = {}
             if stopping:
-                return
+                return hold(batch)
             t0 = time.perf_counter()
             raws = [(msg.value if msg.value is not None else b"", msg.timestamp and int(msg.timestamp * 1000))
                     for _, msg in batch]
@@ -305,7 +319,7 @@ def build_app(settings: Settings) -> faust.App:
             per_event = (time.perf_counter() - t0) / max(1, len(batch))
             for (ev, msg), (raw, _), p in zip(batch, raws, results):
                 if stopping:
-                    return
+                    return hold(batch)
                 worked.add((msg.topic, msg.partition))
                 await injected_delay("prepare")
                 counts["in"] += 1
@@ -324,7 +338,10 @@ def build_app(settings: Settings) -> faust.App:
                 counts["prepared"] += 1
                 metrics.stage_seconds.labels("prepare").observe(per_event)
                 out.setdefault((fingerprints, digest_partition(p.digest, n)), []).append(p.to_bytes())
-            await send_batches(out)
+            if not stopping:
+                await send_batches(out)
+            if stopping:  # see quiesce: replayed after the restart
+                return hold(batch)
 
     @app.agent(fingerprints)
     async def exact(stream):
@@ -332,7 +349,7 @@ def build_app(settings: Settings) -> faust.App:
             out: dict = {}
             for ev, msg in batch:
                 if stopping:  # see quiesce
-                    return
+                    return hold(batch)
                 with under(ev):
                     for item in unpack_batch(msg.value):
                         t0 = time.perf_counter()
@@ -345,7 +362,10 @@ def build_app(settings: Settings) -> faust.App:
                         for pr in probe_list:
                             out.setdefault((probes, pr.partition), []).append(pr.to_bytes())
                         to_decide(out, msgs)
-            await send_batches(out)
+            if not stopping:
+                await send_batches(out)
+            if stopping:
+                return hold(batch)
 
     @app.agent(probes)
     async def index(stream):
@@ -354,7 +374,7 @@ def build_app(settings: Settings) -> faust.App:
             for ev, msg in batch:
                 if stopping:
                     index_data.discard()
-                    return
+                    return hold(batch)
                 with under(ev):
                     for item in unpack_batch(msg.value):
                         pr = Probe.from_bytes(item)
@@ -368,10 +388,11 @@ def build_app(settings: Settings) -> faust.App:
                         to_decide(out, index_stage.process(pr))
                         metrics.stage_seconds.labels("index").observe(time.perf_counter() - t0)
                         metrics.candidates.inc(index_stage.candidates - before)
-            await send_batches(out)
+            if not stopping:
+                await send_batches(out)
             if stopping:
                 index_data.discard()
-                return
+                return hold(batch)
             counts["index.writes"] += index_data.flush(under)
 
     @app.agent(answers)
@@ -382,7 +403,7 @@ def build_app(settings: Settings) -> faust.App:
             for ev, msg in batch:
                 if stopping:
                     decide_data.discard()
-                    return
+                    return hold(batch)
                 with under(ev):
                     for item in unpack_batch(msg.value):
                         await injected_delay("decide")
@@ -417,12 +438,16 @@ def build_app(settings: Settings) -> faust.App:
                             pending.setdefault(m.id, (time.monotonic(), msg.partition))
                         else:
                             pending.pop(m.id, None)
-            sent += await send_batches(out)
+            if not stopping:
+                sent += await send_batches(out)
             if stopping:
                 decide_data.discard()
-                return
+                return hold(batch)
             if sent:
                 await asyncio.gather(*sent)
+            if stopping:  # delivered, but the states can no longer be written: replay (emits the same again)
+                decide_data.discard()
+                return hold(batch)
             # the states that say "emitted" are stored only now that the verdicts are delivered: after
             # a crash before this line the batch is replayed into the old states and emits again
             counts["decide.writes"] += decide_data.flush(under)

@@ -121,3 +121,27 @@ def test_faust_commits_past_a_gap_the_filler_marked_once_later_offsets_are_acked
     assert Consumer._new_offset(fixed, tp) is None  # nothing acked after the gap yet: no commit
     ack(fixed, 6, 7, 8)
     assert Consumer._new_offset(fixed, tp) == 9
+
+
+def test_a_held_batch_is_not_acked_when_faust_acks_its_buffer():
+    """Faust's ``take_events`` acks every buffered event in a ``finally``, also when the agent
+    stops in the middle of the batch; the consumer's last commit would then commit a batch whose
+    output was dropped. ``hold`` makes those acks no-ops, so the commit stops before the batch."""
+    from types import SimpleNamespace
+
+    from faust.types.tuples import ConsumerMessage
+
+    from stream_dedup.stream.app import hold
+
+    def message(offset: int) -> ConsumerMessage:
+        return ConsumerMessage(topic="probes", partition=3, offset=offset, timestamp=0.0, timestamp_type=0,
+                               headers=[], key=b"k", value=b"v", checksum=None)
+
+    acked: list[int] = []
+    consumer = SimpleNamespace(ack=lambda m: acked.append(m.offset) or True)  # receives the final acks
+    done = [(SimpleNamespace(message=message(o)), None) for o in (5, 6)]
+    stopped = [(SimpleNamespace(message=message(o)), None) for o in (7, 8)]
+    hold(stopped)
+    for ev, _ in done + stopped:  # what take_events' finally does, through Event.ack
+        ev.message.ack(consumer)
+    assert acked == [5, 6]
