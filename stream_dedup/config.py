@@ -161,6 +161,11 @@ class WorkerSettings(_Section):
     rocksdb_memory_mb: int = Field(64, ge=8, le=65536, description="RocksDB memory of the whole worker: one block "
                                    "cache shared by every table partition, holding index and filter blocks, with half "
                                    "of it for memtables (charged to the cache); bounds RSS whatever the partition count")
+    malloc_arena_max: int = Field(2, ge=0, le=64, description="glibc malloc arenas of the worker process (set at "
+                                  "start); fewer arenas fragment less across RocksDB's and Kafka's threads; 0: glibc's "
+                                  "default (8 per core)")
+    heap_trim_s: float = Field(60.0, ge=0, description="give free heap pages back to the system this often "
+                               "(glibc malloc_trim), so RSS follows the memory in use; 0: never")
 
 
 class Settings(_Section):

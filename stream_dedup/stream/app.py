@@ -43,7 +43,7 @@ from ..core.store import WriteBack
 from ..kafka_io import client_config
 from .credentials import faust_credentials
 from .gaps import GapFiller, confluent_fetch
-from . import rocks
+from . import heap, rocks
 from .metrics import Metrics
 from .watchdog import EXIT_STALLED, StallDetector
 
@@ -505,6 +505,12 @@ def build_app(settings: Settings) -> faust.App:
                     flushed += 1
             counts["state.flushes"] += flushed
 
+    if w.heap_trim_s > 0:
+        @app.timer(interval=w.heap_trim_s)
+        async def trim_heap() -> None:
+            """Return free heap pages to the system (see ``heap``): RSS follows the memory in use."""
+            counts["heap.trims"] += heap.trim()
+
     @app.timer(interval=10.0)
     async def report() -> None:
         try:
@@ -594,6 +600,7 @@ def build_app(settings: Settings) -> faust.App:
 def run_worker(settings: Settings) -> None:
     level = settings.worker.log_level
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    heap.limit_arenas(settings.worker.malloc_arena_max)  # before RocksDB's and Kafka's threads start
     app = build_app(settings)
     faust_level = {"WARNING": "warn", "CRITICAL": "crit"}.get(level, level.lower())
     worker = faust.Worker(app, loglevel=faust_level, quiet=True)

@@ -91,6 +91,12 @@ def test_steady_rate_for_ten_minutes_keeps_memory_disk_and_pending_flat(kafka_se
     finally:
         workers.stop_all()
 
+    # after the warm-up (a third of the run: one window fills, then entries expire) nothing may grow
+    steady = [r for r in rows if r["t"] >= DURATION / 3]
+    assert len(steady) >= 5, rows
+    t = np.array([r["t"] for r in steady])
+    rss = [np.array([r["rss"][k] for r in steady], dtype=float) for k in range(2)]
+    disk = [np.array([r["disk"][k] for r in steady], dtype=float) for k in range(2)]
     art = REPO / "test-artifacts"
     art.mkdir(exist_ok=True)
     with (art / "soak.md").open("w") as f:
@@ -100,20 +106,17 @@ def test_steady_rate_for_ten_minutes_keeps_memory_disk_and_pending_flat(kafka_se
         for r in rows:
             f.write(f"| {r['t']:.0f} | {' / '.join(f'{x / MB:.0f}' for x in r['rss'])} | "
                     f"{' / '.join(f'{x / MB:.1f}' for x in r['disk'])} | {r['pending']} | {r['lag']} |\n")
+        f.write(f"\nGrowth over the steady span ({t[0]:.0f}-{t[-1]:.0f} s, least squares), per worker: RSS "
+                + " / ".join(f"{growth(t, y) / MB:+.1f} MB" for y in rss) + "; state "
+                + " / ".join(f"{growth(t, y) / MB:+.1f} MB" for y in disk) + "\n")
 
     assert workers.restarts == [], workers.logs()
     assert len(got) == n and not dlq, f"{n - len(got)} events without a verdict; {len(dlq)} dead letters"
     # the stream is shuffled: only copies that arrive within the one-minute window are found
     assert sum(1 for v in got.values() if v["verdict"] == "duplicate") > 0.01 * n
-    # after the warm-up (a third of the run: one window fills, then entries expire) nothing may grow
-    steady = [r for r in rows if r["t"] >= DURATION / 3]
-    assert len(steady) >= 5, rows
-    t = np.array([r["t"] for r in steady])
     for k in range(2):
-        rss = np.array([r["rss"][k] for r in steady], dtype=float)
-        disk = np.array([r["disk"][k] for r in steady], dtype=float)
-        assert growth(t, rss) <= max(0.10 * rss[0], 40 * MB), f"worker {k} RSS grows: {rss / MB}"
-        assert growth(t, disk) <= max(0.25 * disk.max(), 16 * MB), f"worker {k} state grows: {disk / MB}"
+        assert growth(t, rss[k]) <= max(0.10 * rss[k][0], 40 * MB), f"worker {k} RSS grows: {rss[k] / MB}"
+        assert growth(t, disk[k]) <= max(0.25 * disk[k].max(), 16 * MB), f"worker {k} state grows: {disk[k] / MB}"
     pend = [r["pending"] for r in steady]
     assert max(pend) <= RATE * 20, f"pending documents pile up: {pend}"
     assert growth(t, np.array(pend, dtype=float)) <= RATE * 5, f"pending documents grow: {pend}"
