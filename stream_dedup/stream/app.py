@@ -232,13 +232,16 @@ def build_app(settings: Settings) -> faust.App:
 
     @app.on_partitions_revoked.connect
     async def forget_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
-        """Drop the Bloom filters of exact partitions that leave this worker.
+        """Drop the Bloom filters of exact partitions that leave this worker, and their gap positions.
 
         While a partition is away, its new owner adds digests to the table; a filter kept from
         before would answer "certainly new" for them. When the partition comes back, the first
-        event rebuilds the filter from the (restored) table.
+        event rebuilds the filter from the (restored) table, and gap tracking starts again from
+        the committed offset.
         """
         for tp in revoked:
+            if gaps is not None:
+                gaps.tracker.forget(tp.topic, tp.partition)
             if tp.topic == fingerprints.get_topic_name() and exact_by_part.pop(tp.partition, None) is not None:
                 log.info("exact partition %d revoked: its Bloom filter is dropped", tp.partition)
 
@@ -269,13 +272,22 @@ def build_app(settings: Settings) -> faust.App:
             for ev in events:
                 msg = ev.message
                 if gaps is not None:
-                    missed = await gaps.missing(msg.topic, msg.partition, msg.offset)
+                    missed = await gaps.missing(msg.topic, msg.partition, msg.offset,
+                                                start=committed_offset(msg.topic, msg.partition))
                     if missed:
                         await skipped_offsets_done(msg.topic, msg.partition, min(m.offset for m in missed),
                                                    msg.offset - 1)
                     out.extend((ev, m) for m in missed)
                 out.append((ev, msg))
             yield out
+
+    def committed_offset(topic: str, partition: int) -> int:
+        """Where this worker's consumer began the partition: its committed offset at assignment.
+
+        Faust keeps it in ``_committed_offset`` (private; set by its seek on assignment, 0 stored as
+        None, dropped on revocation)."""
+        off = getattr(app.consumer, "_committed_offset", {}).get(TP(topic, partition))
+        return off if off is not None else 0
 
     async def skipped_offsets_done(topic: str, partition: int, first: int, last: int) -> None:
         """Let the commit move past offsets the stream skipped and the gap filler processed.

@@ -64,6 +64,22 @@ def test_gap_tracker_reports_skipped_ranges_not_replays_or_ownership_changes():
     assert g.gap("t", 4, 500) is None  # far ahead: another worker owned it meanwhile
 
 
+def test_gap_tracker_sees_messages_skipped_at_the_start_of_an_assignment():
+    """Faust can skip the first messages after an assignment too: the committed offset the
+    consumer began at is the baseline for a partition's first message."""
+    from stream_dedup.stream.gaps import GapTracker
+
+    g = GapTracker(max_fill=100)
+    assert g.gap("probes", 2, 40, start=37) == (37, 40)  # 37, 38, 39 never came
+    assert g.gap("probes", 2, 41, start=37) is None  # later messages compare with the last one
+    assert g.gap("probes", 3, 12, start=12) is None  # began where it was committed
+    assert g.gap("probes", 4, 0, start=0) is None
+    g.forget("probes", 2)  # revoked; assigned again later, committed at 60 meanwhile
+    assert g.gap("probes", 2, 60, start=60) is None
+    g.forget("probes", 2)
+    assert g.gap("probes", 2, 75, start=70) == (70, 75)
+
+
 def test_gap_filler_processes_the_missing_messages_first():
     import asyncio
 
