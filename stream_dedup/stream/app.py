@@ -245,17 +245,19 @@ def build_app(settings: Settings) -> faust.App:
             if tp.topic == fingerprints.get_topic_name() and exact_by_part.pop(tp.partition, None) is not None:
                 log.info("exact partition %d revoked: its Bloom filter is dropped", tp.partition)
 
-    async def send_batches(out: dict[tuple[Any, int], list[bytes]]) -> list:
+    async def send_batches(out: dict[tuple[Any, int], list[bytes]]) -> list | None:
         """Send the items gathered per (topic, partition), packed; returns the delivery futures.
 
-        Callers check ``stopping`` before and after: a batch whose output may not have reached
-        the broker is held for replay (see ``hold``)."""
+        None when the worker is stopping, before or during the sends: the output may not reach
+        the broker, so the caller holds its batch for replay (see ``hold`` and ``quiesce``)."""
+        if stopping:
+            return None
         futs = []
         for (tp, part), items in out.items():
             for body in pack_batches(items):
                 futs.append(await tp.send(value=body, partition=part))
         out.clear()
-        return futs
+        return None if stopping else futs
 
     def to_decide(out: dict, msgs: list[ToDecide]) -> None:
         """Queue for the decide stage, on the partition that owns the document id."""
@@ -350,9 +352,7 @@ def build_app(settings: Settings) -> faust.App:
                 counts["prepared"] += 1
                 metrics.stage_seconds.labels("prepare").observe(per_event)
                 out.setdefault((fingerprints, digest_partition(p.digest, n)), []).append(p.to_bytes())
-            if not stopping:
-                await send_batches(out)
-            if stopping:  # see quiesce: replayed after the restart
+            if await send_batches(out) is None:
                 return hold(batch)
 
     @app.agent(fingerprints)
@@ -374,9 +374,7 @@ def build_app(settings: Settings) -> faust.App:
                         for pr in probe_list:
                             out.setdefault((probes, pr.partition), []).append(pr.to_bytes())
                         to_decide(out, msgs)
-            if not stopping:
-                await send_batches(out)
-            if stopping:
+            if await send_batches(out) is None:
                 return hold(batch)
 
     @app.agent(probes)
@@ -400,9 +398,7 @@ def build_app(settings: Settings) -> faust.App:
                         to_decide(out, index_stage.process(pr))
                         metrics.stage_seconds.labels("index").observe(time.perf_counter() - t0)
                         metrics.candidates.inc(index_stage.candidates - before)
-            if not stopping:
-                await send_batches(out)
-            if stopping:
+            if await send_batches(out) is None:
                 index_data.discard()
                 return hold(batch)
             counts["index.writes"] += index_data.flush(under)
@@ -450,14 +446,10 @@ def build_app(settings: Settings) -> faust.App:
                             pending.setdefault(m.id, (time.monotonic(), msg.partition))
                         else:
                             pending.pop(m.id, None)
-            if not stopping:
-                sent += await send_batches(out)
-            if stopping:
-                decide_data.discard()
-                return hold(batch)
-            if sent:
-                await asyncio.gather(*sent)
-            if stopping:  # delivered, but the states can no longer be written: replay (emits the same again)
+            futs = await send_batches(out)
+            if futs is not None:
+                await asyncio.gather(*sent, *futs)
+            if futs is None or stopping:  # also after delivery: the states can no longer be written; replay
                 decide_data.discard()
                 return hold(batch)
             # the states that say "emitted" are stored only now that the verdicts are delivered: after

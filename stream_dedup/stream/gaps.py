@@ -72,7 +72,6 @@ class GapTracker:
             return None
         return first, end
 
-
     def forget(self, topic: str, partition: int) -> None:
         """The partition left this worker: its next assignment starts from its committed offset."""
         self.last.pop((topic, partition), None)

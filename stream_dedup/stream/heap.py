@@ -5,8 +5,8 @@ word-hash sets) to ``malloc``, and RocksDB, librdkafka and the thread pool alloc
 own threads. glibc gives each thread its own arena (up to 8 per core) and returns freed memory
 to the system only from the top of a heap; a worker that allocates and frees such blocks in
 varying sizes all day fragments its arenas, so RSS creeps although the live memory is flat (the
-soak test measured exactly that: malloc's in-use bytes flat, its arenas growing a few MB every
-minutes). Two arenas are enough for a worker whose Python code runs on one thread, and
+soak test measured exactly that: malloc's in-use bytes flat, its arenas growing a few MB a
+minute). Two arenas are enough for a worker whose Python code runs on one thread, and
 ``malloc_trim(0)`` releases the free pages inside the arenas, not just at their tops.
 
 Both are glibc functions; elsewhere (musl, macOS) they are skipped and nothing changes.
