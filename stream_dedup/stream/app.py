@@ -45,7 +45,7 @@ from .credentials import faust_credentials
 from .gaps import GapFiller, confluent_fetch
 from . import heap, rocks
 from .metrics import Metrics
-from .watchdog import EXIT_STALLED, StallDetector
+from .watchdog import EXIT_STALLED, ChangelogIdleFilter, StallDetector
 
 log = logging.getLogger("stream_dedup.worker")
 
@@ -533,9 +533,10 @@ def build_app(settings: Settings) -> faust.App:
         snapshot = dict(sorted(counts.items()))
         log.info("counts %s", json.dumps(snapshot))
         assigned = sorted(f"{tp.topic}[{tp.partition}]" for tp in app.consumer.assignment())
+        memory = dict(heap.usage(), rocksdb=budget.usage())
         await status_topic.send(key=worker_id.encode(), value=json.dumps(
             {"worker": worker_id, "at": time.time(), "uptime_s": round(time.time() - started, 1),
-             "counts": snapshot, "assigned": assigned}).encode())
+             "counts": snapshot, "assigned": assigned, "memory": memory}).encode())
 
     def gauges() -> None:
         metrics.pending.set(len(pending))
@@ -548,6 +549,8 @@ def build_app(settings: Settings) -> faust.App:
             metrics.bloom_fp.labels(str(part)).set(st.bloom.estimated_fp_rate(clock))
         metrics.bloom_false_hits.set(sum(st.bloom_fp for st in exact_by_part.values()))
         metrics.rocksdb_memory.set(budget.usage())
+        for kind, value in heap.usage().items():
+            metrics.heap.labels(kind).set(value)
         tables = Path(app.conf.tabledir)
         for name in ("exact", "index", "decide"):
             metrics.state_bytes.labels(name).set(sum(f.stat().st_size for d in tables.glob(f"{name}-*.db")
@@ -605,6 +608,7 @@ def run_worker(settings: Settings) -> None:
     level = settings.worker.log_level
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     heap.limit_arenas(settings.worker.malloc_arena_max)  # before RocksDB's and Kafka's threads start
+    logging.getLogger("faust.transport.drivers.aiokafka").addFilter(ChangelogIdleFilter())
     app = build_app(settings)
     faust_level = {"WARNING": "warn", "CRITICAL": "crit"}.get(level, level.lower())
     worker = faust.Worker(app, loglevel=faust_level, quiet=True)

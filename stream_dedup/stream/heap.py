@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import sys
 
 log = logging.getLogger("stream_dedup.heap")
 
@@ -34,6 +35,17 @@ def _libc() -> ctypes.CDLL | None:
 _LIBC = _libc()
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+_MALLINFO2 = getattr(_LIBC, "mallinfo2", None)  # glibc >= 2.33
+if _MALLINFO2 is not None:
+    _MALLINFO2.restype = _MallInfo2
+
+
 def limit_arenas(n: int = 2) -> bool:
     """At most ``n`` malloc arenas; call before threads start (arenas are made on a thread's first malloc)."""
     if _LIBC is None or n <= 0:
@@ -47,3 +59,18 @@ def limit_arenas(n: int = 2) -> bool:
 def trim() -> bool:
     """Give free heap pages back to the system; True when glibc released any."""
     return bool(_LIBC.malloc_trim(0)) if _LIBC is not None else False
+
+
+def usage() -> dict[str, int]:
+    """Where the heap is, to tell a leak from fragmentation when RSS grows.
+
+    ``python_blocks``: objects CPython's small-object allocator holds (a leak of Python objects
+    makes it grow); ``malloc_in_use`` / ``malloc_free``: bytes glibc's arenas and mmaps hand out /
+    keep free (the first grows with a leak in C code or of large objects, the second with
+    fragmentation). glibc only for the malloc figures."""
+    out = {"python_blocks": sys.getallocatedblocks()}
+    if _MALLINFO2 is not None:
+        m = _MALLINFO2()
+        out["malloc_in_use"] = m.uordblks + m.hblkhd
+        out["malloc_free"] = m.fordblks
+    return out

@@ -40,6 +40,9 @@ class Metrics:
                                  ["table"], registry=r)
         self.rocksdb_memory = Gauge("stream_dedup_rocksdb_memory_bytes", "RocksDB's shared block cache in use "
                                     "(memtables, index and filter blocks included)", registry=r)
+        self.heap = Gauge("stream_dedup_heap", "python_blocks: objects CPython's allocator holds; malloc_in_use, "
+                          "malloc_free: bytes glibc hands out / keeps free (a leak grows the first two, "
+                          "fragmentation the last)", ["kind"], registry=r)
         self.bloom_fill = Gauge("stream_dedup_bloom_fill_ratio", "live cells of the exact stage's Bloom filter",
                                 ["partition"], registry=r)
         self.bloom_fp = Gauge("stream_dedup_bloom_fp_rate_estimate", "estimated false-positive rate of the filter",

@@ -153,21 +153,30 @@ def produce_events(settings: Settings, events: list, extra_raw: list[bytes] = ()
 
 
 def read_all(settings: Settings, topic: str, until: callable, timeout: float, idle: float = 1e9) -> list[dict]:
-    """Read a topic from the start until ``until(messages)`` holds, or timeout."""
+    """Read a topic from the start until ``until(messages)`` holds, or timeout.
+
+    ``until`` is asked when the topic has nothing new and otherwise after every 10 % more messages:
+    it usually walks all of them (``latest``), and asking after each one made reading 72,000
+    verdicts take longer than producing them (quadratic), on the cores the workers need."""
     c = consumer(settings, f"reader-{time.time_ns()}")
     c.subscribe([topic])
     msgs: list[dict] = []
     deadline = time.time() + timeout
     last = time.time()
+    checked = 0
     try:
-        while time.time() < deadline and not until(msgs):
+        while time.time() < deadline:
             m = c.poll(0.5)
-            if m is None or m.error():
-                if time.time() - last > idle:
-                    break
-                continue
-            last = time.time()
-            msgs.append(json.loads(m.value()))
+            if m is not None and not m.error():
+                last = time.time()
+                msgs.append(json.loads(m.value()))
+                if len(msgs) < checked * 1.1 + 100:
+                    continue
+            elif time.time() - last > idle:
+                break
+            if until(msgs):
+                break
+            checked = len(msgs)
     finally:
         c.close()
     return msgs

@@ -90,6 +90,8 @@ def check_metrics(port: int, n_events: int, settings) -> None:
     # the tables' memtables are charged to the one shared cache, which stays within its budget
     budget = settings.worker.rocksdb_memory_mb << 20
     assert 0 < value(m, "stream_dedup_rocksdb_memory_bytes") <= 1.1 * budget
+    assert value(m, "stream_dedup_heap", kind="python_blocks") > 10_000
+    assert value(m, "stream_dedup_heap", kind="malloc_in_use") > 1 << 20
     assert value(m, "stream_dedup_pending_documents") == 0
     assert value(m, "stream_dedup_worker_ready") == 1
     assert total(m, "stream_dedup_bloom_fill_ratio") > 0

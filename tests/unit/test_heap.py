@@ -34,3 +34,16 @@ def test_trim_returns_the_free_pages_of_a_fragmented_heap_to_the_system():
 def test_arena_limit_is_accepted():
     assert heap.limit_arenas(2)
     assert not heap.limit_arenas(0)  # 0: leave glibc's default
+
+
+def test_usage_tells_python_objects_from_malloc_bytes_in_use_and_free():
+    base = heap.usage()
+    objs = [(i,) for i in range(200_000)]  # small objects: CPython's allocator
+    big = [bytes(64 * 1024) for _ in range(200)]  # 12.5 MB through malloc
+    grown = heap.usage()
+    assert grown["python_blocks"] - base["python_blocks"] >= 200_000
+    assert grown["malloc_in_use"] - base["malloc_in_use"] >= 12 * MB
+    del big
+    freed = heap.usage()
+    assert grown["malloc_in_use"] - freed["malloc_in_use"] >= 12 * MB
+    assert len(objs) == 200_000

@@ -1,5 +1,5 @@
 """The stall rule: lag with no progress for the timeout; progress, no lag or a rebalance clear it."""
-from stream_dedup.stream.watchdog import StallDetector
+from stream_dedup.stream.watchdog import ChangelogIdleFilter, StallDetector
 
 
 def test_stalled_only_after_timeout_with_lag_and_no_progress():
@@ -161,3 +161,39 @@ def test_a_held_batch_is_not_acked_when_faust_acks_its_buffer():
     for ev, _ in done + stopped:  # what take_events' finally does, through Event.ack
         ev.message.ack(consumer)
     assert acked == [5, 6]
+
+
+def test_faust_idle_stream_errors_are_dropped_for_changelog_partitions_only():
+    import logging
+
+    from faust.transport.drivers import aiokafka as driver
+    from faust.types import TP
+    from mode.utils.logging import CompositeLogger
+
+    class Keep(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.records: list[logging.LogRecord] = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    logger = logging.getLogger(driver.__name__)  # the logger Faust's consumer thread logs to
+    keep, filt = Keep(), ChangelogIdleFilter()
+    logger.addHandler(keep)
+    logger.addFilter(filt)
+    try:
+        log = CompositeLogger(logger, lambda severity, msg, *a, **k: f"[^---AIOKafkaConsumerThread]: {msg}")
+        for template in (driver.SLOW_PROCESSING_STREAM_IDLE_SINCE_START, driver.SLOW_PROCESSING_STREAM_IDLE):
+            log.error(template + driver.SLOW_PROCESSING_EXPLAINED % {"setting": "x", "current_value": 1},
+                      TP("sd.index-changelog", 3), "5 minutes ago")
+            log.error(template, TP("sd.probes", 3), "5 minutes ago")  # a stream topic: a real stall
+        log.error(driver.SLOW_PROCESSING_NO_RECENT_FETCH, TP("sd.index-changelog", 3), "5 minutes ago")
+    finally:
+        logger.removeFilter(filt)
+        logger.removeHandler(keep)
+    assert [(r.args[0].topic, r.getMessage().split(": ", 1)[1].split(" TP(")[0]) for r in keep.records] == [
+        ("sd.probes", "Stream has not started processing"),
+        ("sd.probes", "Stream stopped processing, or is slow for"),
+        ("sd.index-changelog", "Aiokafka stopped fetching from"),
+    ]
