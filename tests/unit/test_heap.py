@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes.util
+import gc
 from pathlib import Path
 
 import pytest
@@ -37,12 +38,16 @@ def test_arena_limit_is_accepted():
 
 
 def test_usage_tells_python_objects_from_malloc_bytes_in_use_and_free():
+    # each figure is compared with the one taken just before its own allocation: in a full test
+    # run a garbage collection in between frees other tests' leftovers (tens of MB of malloc)
+    gc.collect()
     base = heap.usage()
     objs = [(i,) for i in range(200_000)]  # small objects: CPython's allocator
-    big = [bytes(64 * 1024) for _ in range(200)]  # 12.5 MB through malloc
+    mid = heap.usage()
+    assert mid["python_blocks"] - base["python_blocks"] >= 200_000
+    big = [bytes(64 * 1024) for _ in range(200)]  # 12.5 MB through malloc (not GC-tracked: no collection)
     grown = heap.usage()
-    assert grown["python_blocks"] - base["python_blocks"] >= 200_000
-    assert grown["malloc_in_use"] - base["malloc_in_use"] >= 12 * MB
+    assert grown["malloc_in_use"] - mid["malloc_in_use"] >= 12 * MB
     del big
     freed = heap.usage()
     assert grown["malloc_in_use"] - freed["malloc_in_use"] >= 12 * MB
