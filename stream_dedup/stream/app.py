@@ -525,7 +525,7 @@ def build_app(settings: Settings) -> faust.App:
         for i in [i for i, (_, part) in pending.items() if part not in owned]:
             del pending[i]  # its partition moved: the new owner waits for it now
         stale = [i for i, (t0, _) in pending.items() if time.monotonic() - t0 > 60]
-        gauges()
+        memory = gauges()
         if stale:
             log.warning("%d documents wait for probe answers for over 60 s (e.g. %s)", len(stale), stale[:5])
         counts["pending"] = len(pending)
@@ -533,12 +533,12 @@ def build_app(settings: Settings) -> faust.App:
         snapshot = dict(sorted(counts.items()))
         log.info("counts %s", json.dumps(snapshot))
         assigned = sorted(f"{tp.topic}[{tp.partition}]" for tp in app.consumer.assignment())
-        memory = dict(heap.usage(), rocksdb=budget.usage())
         await status_topic.send(key=worker_id.encode(), value=json.dumps(
             {"worker": worker_id, "at": time.time(), "uptime_s": round(time.time() - started, 1),
              "counts": snapshot, "assigned": assigned, "memory": memory}).encode())
 
-    def gauges() -> None:
+    def gauges() -> dict[str, int]:
+        """Set the gauges read at each scrape; returns the heap figures (the status report sends them too)."""
         metrics.pending.set(len(pending))
         metrics.up.set(0 if app.rebalancing else 1)
         clock = max((st.watermark or 0 for st in exact_by_part.values()), default=0)
@@ -548,13 +548,15 @@ def build_app(settings: Settings) -> faust.App:
             metrics.bloom_fill.labels(str(part)).set(st.bloom.live_fraction(clock))
             metrics.bloom_fp.labels(str(part)).set(st.bloom.estimated_fp_rate(clock))
         metrics.bloom_false_hits.set(sum(st.bloom_fp for st in exact_by_part.values()))
-        metrics.rocksdb_memory.set(budget.usage())
-        for kind, value in heap.usage().items():
+        in_heap, in_rocksdb = heap.usage(), budget.usage()
+        metrics.rocksdb_memory.set(in_rocksdb)
+        for kind, value in in_heap.items():
             metrics.heap.labels(kind).set(value)
         tables = Path(app.conf.tabledir)
         for name in ("exact", "index", "decide"):
             metrics.state_bytes.labels(name).set(sum(f.stat().st_size for d in tables.glob(f"{name}-*.db")
                                                      for f in d.rglob("*") if f.is_file()))
+        return dict(in_heap, rocksdb=in_rocksdb)
 
     @app.page("/metrics")
     async def metrics_page(web, request):

@@ -126,11 +126,13 @@ def test_steady_rate_for_ten_minutes_keeps_memory_disk_and_pending_flat(kafka_se
                     f"{' / '.join(f'{x / MB:.1f}' for x in r['disk'])} | {r['pending']} | {r['lag']} | "
                     f"{heap_col(r, 'python_blocks', 1000)} | {heap_col(r, 'malloc_in_use', MB)} | "
                     f"{heap_col(r, 'malloc_free', MB)} | {heap_col(r, 'rocksdb', MB)} |\n")
-        f.write(f"\nGrowth over the steady span ({t[0]:.0f}-{t[-1]:.0f} s, least squares), per worker: RSS "
-                + " / ".join(f"{growth(t, y) / MB:+.1f} MB" for y in rss) + "; state "
-                + " / ".join(f"{growth(t, y) / MB:+.1f} MB" for y in disk) + "; RocksDB cache "
-                + " / ".join(f"{growth(t_rep, y) / MB:+.1f} MB" for y in rocks) + "; RSS without it "
-                + " / ".join(f"{growth(t_rep, y) / MB:+.1f} MB" for y in own) + "\n")
+
+        def grown(ts: np.ndarray, series: list[np.ndarray]) -> str:
+            return " / ".join(f"{growth(ts, y) / MB:+.1f} MB" for y in series)
+
+        f.write(f"\nGrowth over the steady span ({t[0]:.0f}-{t[-1]:.0f} s, least squares), per worker: "
+                f"RSS {grown(t, rss)}; state {grown(t, disk)}; RocksDB cache {grown(t_rep, rocks)}; "
+                f"RSS without it {grown(t_rep, own)}\n")
 
     assert workers.restarts == [], workers.logs()
     for name in ("w0", "w1"):  # logs are disk too: a few lines a minute, no repeated error
