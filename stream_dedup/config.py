@@ -82,6 +82,9 @@ class TextSettings(_Section):
     max_chars: int = Field(2_000_000, gt=0, description="longer texts are rejected to the DLQ")
     max_html_depth: int = Field(200, gt=0, le=255, description="deeper HTML is rejected to the DLQ (libxml2 itself stops nesting at 256)")
     short_chars: int = Field(200, ge=0, description="texts with fewer normalized chars are 'short' (SMS, headlines)")
+    token_cache: int = Field(32_768, ge=64, le=1 << 22, description="entries per generation of the worker's memos "
+                             "of word filtering and feature hashing (two generations each, ~150 bytes an entry): a "
+                             "stream keeps bringing new words, so the memos fill over the first hours up to this bound")
 
 
 class SimhashSettings(_Section):
@@ -164,6 +167,10 @@ class WorkerSettings(_Section):
     malloc_arena_max: int = Field(2, ge=0, le=64, description="glibc malloc arenas of the worker process (set at "
                                   "start); fewer arenas fragment less across RocksDB's and Kafka's threads; 0: glibc's "
                                   "default (8 per core)")
+    producer_linger_ms: float = Field(5.0, ge=0, le=1000, description="how long the worker's Kafka producer "
+                                      "waits to fill a request: every event makes a dozen or more messages "
+                                      "(changelogs, internal topics, verdicts), and one request per message cost "
+                                      "more CPU than judging the event; adds up to 4x this to a verdict's latency")
     heap_trim_s: float = Field(60.0, ge=0, description="give free heap pages back to the system this often "
                                "(glibc malloc_trim), so RSS follows the memory in use; 0: never")
 

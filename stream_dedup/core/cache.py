@@ -54,5 +54,13 @@ class GenerationalCache(Generic[K, V]):
             vals = [v if v is not None else miss(k) for v, k in zip(vals, keys)]
         return vals
 
+    def resize(self, size: int) -> None:
+        """A new bound per generation; a smaller one takes effect at the next insertion."""
+        if size < 1:
+            raise ValueError("size must be >= 1")
+        self.size = size
+        if len(self.young) > size:
+            self.old, self.young = {}, {}
+
     def clear(self) -> None:
         self.young, self.old = {}, {}

@@ -15,6 +15,11 @@ from .cache import GenerationalCache
 _HASHES: GenerationalCache[str, int] = GenerationalCache(lambda f: mmh3.hash64(f, signed=False)[0], 32_768)
 
 
+def set_cache_size(entries: int) -> None:
+    """Entries per generation (``text.token_cache``); the memo is per process, the last call wins."""
+    _HASHES.resize(entries)
+
+
 def hash64(feature: str) -> int:
     """Unsigned 64-bit mmh3 (x64 128-bit variant, first half) of the UTF-8 feature."""
     return _HASHES.get(feature)

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, MutableMapping
 
+from . import hashing, tokenize
 from .detectors import Detector, build_detectors
 from .document import Doc, Limits, Rejected, make_doc, parse_event, validate
 from .exact import ExactStore
@@ -176,6 +177,8 @@ class Preparer:
         self.settings = settings
         self.limits = Limits(max_bytes=max(t.max_chars * 4, 1 << 20), max_chars=t.max_chars,
                              max_html_depth=t.max_html_depth)
+        hashing.set_cache_size(t.token_cache)
+        tokenize.set_cache_size(t.token_cache)
         self.tokenizer = WordTokenizer.from_settings(t)
         self.idf = load_idf(str(t.idf) if t.idf else None)
         self.detectors: list[Detector] = build_detectors(settings, self.tokenizer, self.idf)

@@ -89,12 +89,23 @@ class WordTokenizer:
         return out
 
 
+_CACHE_SIZE = 32_768
+
+
+def set_cache_size(entries: int) -> None:
+    """Entries per generation of the memos of ``words`` (``text.token_cache``); per process, the last call wins."""
+    global _CACHE_SIZE
+    if entries != _CACHE_SIZE:
+        _CACHE_SIZE = entries
+        _keep_cache.cache_clear()
+
+
 @lru_cache(maxsize=8)
 def _keep_cache(stopwords_path: str | None) -> GenerationalCache[str, bool]:
-    """Per stop-word list: token -> whether ``words`` keeps it (2 x 32,768 tokens at most)."""
+    """Per stop-word list: token -> whether ``words`` keeps it (2 x ``_CACHE_SIZE`` tokens at most)."""
     stop = _stopwords_cached(stopwords_path)
     return GenerationalCache(lambda w: w not in stop and not w.isspace() and _WORDLIKE.search(w) is not None,
-                             32_768)
+                             _CACHE_SIZE)
 
 
 @lru_cache(maxsize=8)

@@ -124,6 +124,7 @@ def build_app(settings: Settings) -> faust.App:
         web_host=w.web_host,
         broker_commit_every=1000,
         broker_commit_interval=1.0,
+        producer_linger=w.producer_linger_ms / 1000,
         stream_wait_empty=False,
         table_cleanup_interval=60.0,
         table_standby_replicas=w.standby_replicas,

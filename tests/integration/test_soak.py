@@ -5,8 +5,11 @@ Two workers judge a live stream (event time = wall-clock time at sending) for
 (default 40). The window is one minute and table entries live two minutes without a rewrite, so
 state written in the first minutes must have expired by the last ones: after the warm-up, the
 workers' RSS and RocksDB folders may not keep growing, and the documents waiting for probe answers
-stay few. RocksDB's block cache fills up to its budget whatever the rate, so it is checked against
-the budget and the rest of the RSS against the warm-up's (the workers report both, ``stream/heap.py``).
+stay few. Two bounded things fill slowly and are set so that they are judged fairly: RocksDB's block
+cache fills up to its budget whatever the rate, so it is checked against the budget and the rest of
+the RSS on its own (the workers report both, ``stream/heap.py``); the memos of word filtering and
+feature hashing (``text.token_cache``) fill as new words arrive, which at the default bound takes
+hours, so the soak runs with a small bound that fills within the warm-up: what grows after it is a leak.
 The samples go to ``test-artifacts/soak.md``.
 """
 from __future__ import annotations
@@ -29,6 +32,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.soak]
 DURATION = float(os.environ.get("STREAM_DEDUP_TEST_SOAK_S", "600"))
 RATE = float(os.environ.get("STREAM_DEDUP_TEST_SOAK_RATE", "40"))
 WINDOW_S = 60
+TOKEN_CACHE = 1024  # memo entries per generation: full within the warm-up (the default takes hours)
 MB = 1 << 20
 
 
@@ -62,7 +66,7 @@ def test_steady_rate_for_ten_minutes_keeps_memory_disk_and_pending_flat(kafka_se
     shared_data("news/thucnews_1000.jsonl")
     n = int(RATE * DURATION)
     events = labelled_stream(tmp_path, n_news=n * 2 // 10, n_sms=n - n * 2 // 10, seed=5)
-    env = {"STREAM_DEDUP_ENGINE__WINDOW_MS": str(WINDOW_S * 1000),
+    env = {"STREAM_DEDUP_ENGINE__WINDOW_MS": str(WINDOW_S * 1000), "STREAM_DEDUP_TEXT__TOKEN_CACHE": str(TOKEN_CACHE),
            "STREAM_DEDUP_WORKER__STATE_TTL_S": str(2 * WINDOW_S)}
     workers = Workers(settings, tmp_path)
     rows: list[dict] = []  # one sample every 10 s
@@ -145,9 +149,10 @@ def test_steady_rate_for_ten_minutes_keeps_memory_disk_and_pending_flat(kafka_se
     for k in range(2):
         assert growth(t, rss[k]) <= max(0.10 * rss[k][0], 40 * MB), f"worker {k} RSS grows: {rss[k] / MB}"
         assert rocks[k].max() <= 1.05 * (settings.worker.rocksdb_memory_mb << 20), rocks[k] / MB
-        # a regression guard, not "flat": without the cache a worker still grows ~1 MB/min here
-        # (7-15 MB over the steady span in the runs so far; the cause is not found yet)
-        assert growth(t_rep, own[k]) <= max(0.08 * own[k][0], 20 * MB), f"worker {k} RSS grows: {own[k] / MB}"
+        # flat: with the memos full before the steady span (TOKEN_CACHE), the rest of RSS grew
+        # +0.6 / +3.3 MB over 400 s in the run that set this bound (with the default memo size, which
+        # takes hours to fill, +6 to +15 MB)
+        assert growth(t_rep, own[k]) <= max(0.04 * own[k][0], 10 * MB), f"worker {k} RSS grows: {own[k] / MB}"
         assert growth(t, disk[k]) <= max(0.25 * disk[k].max(), 16 * MB), f"worker {k} state grows: {disk[k] / MB}"
     pend = [r["pending"] for r in steady]
     assert max(pend) <= RATE * 20, f"pending documents pile up: {pend}"

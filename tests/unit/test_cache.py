@@ -58,3 +58,29 @@ def test_the_word_filter_cache_is_bounded_and_filters_the_same():
     assert "的" not in words and "，" not in words and "北京" in words
     assert len(keep) <= 2 * keep.size
     assert tok.words(text) == words  # the same answers after generations rotated
+
+
+def test_token_cache_setting_bounds_the_word_and_hash_memos():
+    import json
+    from pathlib import Path
+
+    from stream_dedup.config import Settings
+    from stream_dedup.core import hashing, tokenize
+    from stream_dedup.core.stages import Preparer
+
+    sample = Path(__file__).resolve().parents[2] / "examples" / "sample.jsonl"
+    texts = [json.loads(x)["text"] for x in sample.read_text("utf-8").splitlines()]
+    s = Settings()
+    s.text.token_cache = 64
+    try:
+        p = Preparer(s)
+        for i, t in enumerate(texts):
+            p.prepare({"id": str(i), "text": t, "ts": 1})
+        keep = tokenize._keep_cache(p.tokenizer.stopwords_path)
+        assert keep.size == hashing._HASHES.size == 64
+        distinct = len({w for t in texts for w in p.tokenizer.words(t)})
+        assert distinct > 2 * 64  # enough words to overflow both generations
+        assert 0 < len(keep) <= 2 * 64 and 0 < len(hashing._HASHES) <= 2 * 64
+    finally:
+        Preparer(Settings())  # the default size again for the other tests
+    assert hashing._HASHES.size == 32_768

@@ -48,6 +48,39 @@ def test_ngram_keeps_reworded_questions_apart(prep):
     assert ng.verify(a.payload, b.payload) is None
 
 
+def test_ngram_segments_only_the_texts_it_verifies_and_reads_old_payloads(prep):
+    import struct
+
+    import mmh3
+
+    ng = det(prep, "ngram")
+    tokenizer, calls = ng.tokenizer, []
+
+    class Counting:
+        def words(self, text):
+            calls.append(text)
+            return tokenizer.words(text)
+
+    ng.tokenizer = Counting()
+    ng._words_of.cache_clear()
+    try:
+        a = ng.sketch(doc(prep, SAMPLE["sms-0"]["text"]))
+        b = ng.sketch(doc(prep, SAMPLE["sms-0"]["text"].replace("五折", "六折")))
+        short = ng.sketch(doc(prep, "回复TD退订"))
+        assert calls == []  # sketching found keys without jieba
+        assert ng.verify(a.payload, short.payload) is None and calls == []  # lengths alone turn it down
+        assert ng.verify(a.payload, b.payload) is not None and len(calls) == 2
+        assert ng.verify(b.payload, a.payload) is not None and len(calls) == 2  # word sets cached
+    finally:
+        ng.tokenizer = tokenizer
+    # the payload of earlier versions: word-hash count, the hashes, then the skeleton
+    sk = ng._skeleton_of(a.payload)
+    hashes = sorted({mmh3.hash(w, signed=False) for w in prep.tokenizer.words(sk)})
+    old = struct.pack(f">H{len(hashes)}I", len(hashes), *hashes) + sk.encode("utf-8")
+    assert ng._skeleton_of(old) == sk
+    assert ng.verify(old, b.payload) == ng.verify(a.payload, b.payload)
+
+
 def test_winnowing_guarantee_any_shared_window_shares_a_key():
     rng = np.random.default_rng(3)
     w = 8

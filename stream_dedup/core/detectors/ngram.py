@@ -15,7 +15,14 @@ write and a changelog message.
 Verify: Jaccard similarity of the jieba word sets of the two skeletons >= threshold, and
 (unless ``edit_threshold`` is 0) normalized Levenshtein similarity of the skeletons >=
 edit_threshold: a reworded question shares its words with the original but not their order, a
-copy shares both. Payload: word-hash count (2 bytes), sorted word hashes (4 bytes each), skeleton.
+copy shares both.
+
+Payload: two zero bytes, then the skeleton. The words are found when a pair is verified, not when
+the text is sketched: most messages share no key with an earlier one and are never verified, and
+segmentation was the largest cost of an SMS (bench/quality.py). The cheap tests go first: lengths
+(edit similarity <= shorter / longer), then the edit similarity (C), then the word sets (jieba,
+cached per skeleton), so most candidates of a common key are turned down without segmenting them.
+Payloads of earlier versions (a word-hash count >= 1, the hashes, the skeleton) are still read.
 """
 from __future__ import annotations
 
@@ -24,7 +31,6 @@ from typing import TYPE_CHECKING
 
 import struct
 
-import mmh3
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
@@ -38,6 +44,7 @@ if TYPE_CHECKING:
 
 _KEY_MASK = (1 << 62) - 1
 _COUNT = struct.Struct(">H")
+_MARK = _COUNT.pack(0)
 
 
 def winnow(hashes: np.ndarray, w: int) -> list[int]:
@@ -63,6 +70,11 @@ class NgramDetector(Detector):
         self.threshold = threshold
         self.edit_threshold = edit_threshold
         self.max_chars = max_chars
+        # cached: a probe verifies its own skeleton against every candidate, and a campaign's
+        # original is verified against every later copy. An entry holds a word set (1-3 KB for an
+        # SMS): 1,024 recent skeletons cover the campaigns under way; 8,192 took ~30 MB and half an
+        # hour of a 20 SMS/s stream to fill (the soak saw it as RSS creep)
+        self._words_of = lru_cache(maxsize=1024)(self._segment)
 
     def applies(self, doc: "Doc") -> bool:
         return self.max_chars is None or len(doc.text) <= self.max_chars
@@ -78,33 +90,28 @@ class NgramDetector(Detector):
         if not sk:
             return None
         keys = winnow(shingle_hashes(sk, self.m) & np.uint64(_KEY_MASK), self.w)
-        words = {w for w in self.tokenizer.words(sk)} or {sk}
-        hashes = np.unique(np.fromiter((mmh3.hash(x, signed=False) for x in words), dtype=np.uint32))
-        payload = struct.pack(">H", len(hashes)) + hashes.astype(">u4").tobytes() + sk.encode("utf-8")
-        return Sketch(tuple(dict.fromkeys(keys)), payload)
+        return Sketch(tuple(dict.fromkeys(keys)), _MARK + sk.encode("utf-8"))
 
     @staticmethod
-    @lru_cache(maxsize=1024)
-    def _unpack(p: bytes) -> tuple[frozenset[int], str]:
-        # cached: a probe verifies its own payload against every candidate, and a campaign's
-        # original is verified against every later copy. An entry holds a word-hash set and the
-        # skeleton (2-4 KB for an SMS): 1,024 recent payloads cover the campaigns under way; 8,192
-        # took ~30 MB and half an hour of a 20 SMS/s stream to fill (the soak saw it as RSS creep)
-        (n,) = struct.unpack_from(">H", p)
-        return frozenset(struct.unpack_from(f">{n}I", p, 2)), p[2 + 4 * n:].decode("utf-8")
+    def _skeleton_of(p: bytes) -> str:
+        (n,) = _COUNT.unpack_from(p)  # 0: this version; n >= 1: n word hashes come first
+        return p[2 + 4 * n:].decode("utf-8")
+
+    def _segment(self, sk: str) -> frozenset[str]:
+        return frozenset(self.tokenizer.words(sk)) or frozenset((sk,))
 
     def verify(self, a: bytes, b: bytes) -> Match | None:
-        # Jaccard >= t needs the smaller word set to be >= t times the larger: the counts in the
-        # payloads' headers reject most candidates of a common key without unpacking them
-        na, nb = _COUNT.unpack_from(a)[0], _COUNT.unpack_from(b)[0]
-        if min(na, nb) < self.threshold * max(na, nb):
-            return None
-        sa, ska = self._unpack(a)
-        sb, skb = self._unpack(b)
+        ska, skb = self._skeleton_of(a), self._skeleton_of(b)
+        la, lb = len(ska), len(skb)
+        if self.edit_threshold:
+            # edit distance >= the length difference, so similarity <= shorter / longer
+            if min(la, lb) + 1e-9 < self.edit_threshold * max(la, lb):
+                return None
+            if Levenshtein.normalized_similarity(ska, skb) < self.edit_threshold:
+                return None
+        sa, sb = self._words_of(ska), self._words_of(skb)
         inter = len(sa & sb)
-        jac = inter / (len(sa) + len(sb) - inter) if (sa or sb) else 1.0
+        jac = inter / (len(sa) + len(sb) - inter)
         if jac < self.threshold:
-            return None
-        if self.edit_threshold and Levenshtein.normalized_similarity(ska, skb) < self.edit_threshold:
             return None
         return Match(jac)
