@@ -42,7 +42,7 @@ from ..core.stages import (DecideStage, IndexStage, JsonStates, Prepared, Prepar
 from ..core.store import WriteBack
 from ..kafka_io import client_config
 from .credentials import faust_credentials
-from .gaps import GapFiller, confluent_fetch
+from .gaps import GapFiller, confluent_committed, confluent_fetch
 from . import heap, rocks
 from .metrics import Metrics
 from .watchdog import EXIT_STALLED, ChangelogIdleFilter, StallDetector
@@ -190,6 +190,7 @@ def build_app(settings: Settings) -> faust.App:
         counts["gap.refetched"] += k
         metrics.gaps.labels(topic_name).inc(k)
 
+    broker_committed = confluent_committed(client_config(settings), w.app_id)
     gaps = (GapFiller(confluent_fetch(client_config(settings)), on_fill=filled)
             if w.processing_guarantee == "at_least_once" else None)
     stream_topics = {pages.get_topic_name(), fingerprints.get_topic_name(), probes.get_topic_name(),
@@ -276,7 +277,7 @@ def build_app(settings: Settings) -> faust.App:
                 msg = ev.message
                 if gaps is not None:
                     missed = await gaps.missing(msg.topic, msg.partition, msg.offset,
-                                                start=committed_offset(msg.topic, msg.partition))
+                                                start=await start_offset(msg.topic, msg.partition))
                     if missed:
                         await skipped_offsets_done(msg.topic, msg.partition, min(m.offset for m in missed),
                                                    msg.offset - 1)
@@ -284,13 +285,19 @@ def build_app(settings: Settings) -> faust.App:
                 out.append((ev, msg))
             yield out
 
-    def committed_offset(topic: str, partition: int) -> int:
-        """Where this worker's consumer began the partition: its committed offset at assignment.
+    async def start_offset(topic: str, partition: int) -> int | None:
+        """Where this worker's consumer began the partition (its committed offset at assignment), for
+        the first message after an assignment; None later (the tracker knows the position then).
 
         Faust keeps it in ``_committed_offset`` (private; set by its seek on assignment, 0 stored as
-        None, dropped on revocation)."""
+        None, dropped on revocation). Its recovery resumes the streams before that seek, so the first
+        messages can come before the value: then the broker is asked."""
+        if gaps is None or gaps.tracker.seen(topic, partition):
+            return None
         off = getattr(app.consumer, "_committed_offset", {}).get(TP(topic, partition))
-        return off if off is not None else 0
+        if off is not None:
+            return off
+        return await asyncio.get_running_loop().run_in_executor(None, broker_committed, topic, partition)
 
     async def skipped_offsets_done(topic: str, partition: int, first: int, last: int) -> None:
         """Let the commit move past offsets the stream skipped and the gap filler processed.

@@ -72,6 +72,10 @@ class GapTracker:
             return None
         return first, end
 
+    def seen(self, topic: str, partition: int) -> bool:
+        """Whether a message of the partition was processed here since it was (re)assigned."""
+        return (topic, partition) in self.last
+
     def forget(self, topic: str, partition: int) -> None:
         """The partition left this worker: its next assignment starts from its committed offset."""
         self.last.pop((topic, partition), None)
@@ -95,6 +99,33 @@ class GapFiller:
         if self.on_fill is not None:
             self.on_fill(topic, len(msgs))
         return msgs
+
+
+def confluent_committed(client_config: dict, group: str) -> Callable[[str, int], int]:
+    """The group's committed offset of a partition, asked of the broker (0 when it has none).
+
+    A consumer with the group's id that never subscribes: an offset fetch, no group membership.
+    Needed because Faust resumes a partition's stream before its seek has recorded the committed
+    offset, so the first messages after an assignment can come with no baseline, and reading that
+    as 0 re-read the partition from its start (up to ``max_fill`` messages per partition after
+    every restart)."""
+    import threading
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    conf = dict(client_config, **{"group.id": group, "enable.auto.commit": False})
+    holder: dict[str, Consumer] = {}
+    lock = threading.Lock()
+
+    def committed(topic: str, partition: int) -> int:
+        with lock:
+            c = holder.get("c")
+            if c is None:
+                c = holder["c"] = Consumer(conf)
+            (tp,) = c.committed([TopicPartition(topic, partition)], timeout=10)
+            return tp.offset if tp.offset >= 0 else 0  # OFFSET_INVALID (-1001): nothing committed
+
+    return committed
 
 
 def confluent_fetch(client_config: dict) -> Fetch:

@@ -206,3 +206,23 @@ def test_cli_produce_then_tail_round_trip(kafka_settings, unique_name, tmp_path)
     assert r.returncode == 0, r.stderr
     ids = [json.loads(line)["id"] for line in r.stdout.splitlines()]
     assert sorted(ids) == sorted(f"d{i}" for i in range(300))
+
+
+def test_gap_filler_reads_a_groups_committed_offsets_without_joining_it(kafka_settings, unique_name):
+    """The baseline a worker's gap tracking starts from after an assignment (``gaps.confluent_committed``)."""
+    from confluent_kafka import TopicPartition
+
+    from stream_dedup.kafka_io import client_config
+    from stream_dedup.stream.gaps import confluent_committed
+
+    topic, group = f"{unique_name}.committed", f"{unique_name}-g"
+    _create(kafka_settings, topic, 2)
+    c = consumer(kafka_settings, group)
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 42)], asynchronous=False)
+    finally:
+        c.close()
+    committed = confluent_committed(client_config(kafka_settings), group)
+    assert committed(topic, 0) == 42
+    assert committed(topic, 1) == 0  # nothing committed: the partition's start
+    assert confluent_committed(client_config(kafka_settings), f"{group}-other")(topic, 0) == 0

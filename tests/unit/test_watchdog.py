@@ -197,3 +197,14 @@ def test_faust_idle_stream_errors_are_dropped_for_changelog_partitions_only():
         ("sd.probes", "Stream stopped processing, or is slow for"),
         ("sd.index-changelog", "Aiokafka stopped fetching from"),
     ]
+
+
+def test_gap_tracker_says_which_partitions_it_has_a_position_for():
+    from stream_dedup.stream.gaps import GapTracker
+
+    t = GapTracker()
+    assert not t.seen("pages", 0)
+    t.gap("pages", 0, 7, start=7)
+    assert t.seen("pages", 0) and not t.seen("pages", 1)
+    t.forget("pages", 0)
+    assert not t.seen("pages", 0)
