@@ -190,8 +190,8 @@ def build_app(settings: Settings) -> faust.App:
         counts["gap.refetched"] += k
         metrics.gaps.labels(topic_name).inc(k)
 
-    broker_committed = confluent_committed(client_config(settings), w.app_id)
-    gaps = (GapFiller(confluent_fetch(client_config(settings)), on_fill=filled)
+    gaps = (GapFiller(confluent_fetch(client_config(settings)), on_fill=filled,
+                      committed=confluent_committed(client_config(settings), w.app_id))
             if w.processing_guarantee == "at_least_once" else None)
     stream_topics = {pages.get_topic_name(), fingerprints.get_topic_name(), probes.get_topic_name(),
                      answers.get_topic_name()}
@@ -277,7 +277,7 @@ def build_app(settings: Settings) -> faust.App:
                 msg = ev.message
                 if gaps is not None:
                     missed = await gaps.missing(msg.topic, msg.partition, msg.offset,
-                                                start=await start_offset(msg.topic, msg.partition))
+                                                start=committed_offset(msg.topic, msg.partition))
                     if missed:
                         await skipped_offsets_done(msg.topic, msg.partition, min(m.offset for m in missed),
                                                    msg.offset - 1)
@@ -285,19 +285,13 @@ def build_app(settings: Settings) -> faust.App:
                 out.append((ev, msg))
             yield out
 
-    async def start_offset(topic: str, partition: int) -> int | None:
-        """Where this worker's consumer began the partition (its committed offset at assignment), for
-        the first message after an assignment; None later (the tracker knows the position then).
+    def committed_offset(topic: str, partition: int) -> int | None:
+        """Where this worker's consumer began the partition: its committed offset at assignment.
 
         Faust keeps it in ``_committed_offset`` (private; set by its seek on assignment, 0 stored as
         None, dropped on revocation). Its recovery resumes the streams before that seek, so the first
-        messages can come before the value: then the broker is asked."""
-        if gaps is None or gaps.tracker.seen(topic, partition):
-            return None
-        off = getattr(app.consumer, "_committed_offset", {}).get(TP(topic, partition))
-        if off is not None:
-            return off
-        return await asyncio.get_running_loop().run_in_executor(None, broker_committed, topic, partition)
+        messages can come before the value: None then, and the gap filler asks the broker."""
+        return getattr(app.consumer, "_committed_offset", {}).get(TP(topic, partition))
 
     async def skipped_offsets_done(topic: str, partition: int, first: int, last: int) -> None:
         """Let the commit move past offsets the stream skipped and the gap filler processed.

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 log = logging.getLogger("stream_dedup.worker")
 
@@ -82,23 +83,49 @@ class GapTracker:
 
 
 class GapFiller:
-    def __init__(self, fetch: Fetch, max_fill: int = 10_000, on_fill: Callable[[str, int], None] | None = None):
+    def __init__(self, fetch: Fetch, max_fill: int = 10_000, on_fill: Callable[[str, int], None] | None = None,
+                 committed: Callable[[str, int], int] | None = None):
         self.tracker = GapTracker(max_fill)
         self.fetch = fetch
         self.on_fill = on_fill
+        self.committed = committed
 
     async def missing(self, topic: str, partition: int, offset: int, start: int | None = None) -> list[Msg]:
+        """``start``: the committed offset the consumer began the partition at, if the caller knows it;
+        for the first message after an assignment without one, ``committed`` asks the broker."""
+        loop = asyncio.get_running_loop()
+        if start is None and self.committed is not None and not self.tracker.seen(topic, partition):
+            start = await loop.run_in_executor(None, self.committed, topic, partition)
         rng = self.tracker.gap(topic, partition, offset, start)
         if rng is None:
             return []
         first, end = rng
-        msgs = await asyncio.get_running_loop().run_in_executor(None, self.fetch, topic, partition, first, end)
+        msgs = await loop.run_in_executor(None, self.fetch, topic, partition, first, end)
         msgs = [m for m in msgs if first <= m.offset < end]
         log.warning("%s[%d]: the stream skipped offsets %d..%d; re-read %d message(s) and processed them",
                     topic, partition, first, end - 1, len(msgs))
         if self.on_fill is not None:
             self.on_fill(topic, len(msgs))
         return msgs
+
+
+def _shared_consumer(conf: dict) -> Callable[[], AbstractContextManager[Any]]:
+    """One confluent-kafka consumer, made on first use and used by one executor thread at a time."""
+    import threading
+
+    from confluent_kafka import Consumer
+
+    holder: list[Consumer] = []
+    lock = threading.Lock()
+
+    @contextmanager
+    def use() -> Iterator[Consumer]:
+        with lock:
+            if not holder:
+                holder.append(Consumer(conf))
+            yield holder[0]
+
+    return use
 
 
 def confluent_committed(client_config: dict, group: str) -> Callable[[str, int], int]:
@@ -109,19 +136,12 @@ def confluent_committed(client_config: dict, group: str) -> Callable[[str, int],
     offset, so the first messages after an assignment can come with no baseline, and reading that
     as 0 re-read the partition from its start (up to ``max_fill`` messages per partition after
     every restart)."""
-    import threading
+    from confluent_kafka import TopicPartition
 
-    from confluent_kafka import Consumer, TopicPartition
-
-    conf = dict(client_config, **{"group.id": group, "enable.auto.commit": False})
-    holder: dict[str, Consumer] = {}
-    lock = threading.Lock()
+    consumer = _shared_consumer(dict(client_config, **{"group.id": group, "enable.auto.commit": False}))
 
     def committed(topic: str, partition: int) -> int:
-        with lock:
-            c = holder.get("c")
-            if c is None:
-                c = holder["c"] = Consumer(conf)
+        with consumer() as c:
             (tp,) = c.committed([TopicPartition(topic, partition)], timeout=10)
             return tp.offset if tp.offset >= 0 else 0  # OFFSET_INVALID (-1001): nothing committed
 
@@ -130,20 +150,14 @@ def confluent_committed(client_config: dict, group: str) -> Callable[[str, int],
 
 def confluent_fetch(client_config: dict) -> Fetch:
     """A fetch function over one confluent-kafka consumer (no group, nothing committed)."""
-    import threading
+    from confluent_kafka import TopicPartition
 
-    from confluent_kafka import Consumer, TopicPartition
-
-    conf = dict(client_config, **{"group.id": "stream-dedup-gap-filler", "enable.auto.commit": False,
-                                  "auto.offset.reset": "earliest", "enable.partition.eof": True})
-    holder: dict[str, Consumer] = {}
-    lock = threading.Lock()
+    consumer = _shared_consumer(dict(client_config, **{"group.id": "stream-dedup-gap-filler",
+                                                       "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                                       "enable.partition.eof": True}))
 
     def fetch(topic: str, partition: int, first: int, end: int) -> list[Msg]:
-        with lock:
-            c = holder.get("c")
-            if c is None:
-                c = holder["c"] = Consumer(conf)
+        with consumer() as c:
             c.assign([TopicPartition(topic, partition, first)])
             out: list[Msg] = []
             misses = 0

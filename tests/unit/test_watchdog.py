@@ -104,6 +104,33 @@ def test_gap_filler_processes_the_missing_messages_first():
     assert log == [("pages", 1, 9, 12)] and filled == [("pages", 3)]
 
 
+def test_gap_filler_asks_for_the_committed_offset_only_when_a_partition_starts_without_one():
+    import asyncio
+
+    from stream_dedup.stream.gaps import GapFiller, Msg
+
+    asked, fetched = [], []
+
+    def committed(topic, partition):
+        asked.append((topic, partition))
+        return {0: 40, 1: 0}[partition]
+
+    def fetch(topic, partition, first, end):
+        fetched.append((partition, first, end))
+        return [Msg(topic, partition, o, None, b"x", None) for o in range(first, end)]
+
+    f = GapFiller(fetch, committed=committed)
+
+    async def run():
+        return [len(await f.missing("pages", p, o, start)) for p, o, start in
+                [(0, 40, None), (0, 41, None), (1, 3, None), (2, 5, 5)]]
+
+    # partition 0 began at its committed 40: nothing skipped, and asked once only; partition 1 has
+    # nothing committed, so offsets 0-2 were skipped; partition 2 came with Faust's own baseline
+    assert asyncio.run(run()) == [0, 0, 3, 0]
+    assert asked == [("pages", 0), ("pages", 1)] and fetched == [(1, 0, 3)]
+
+
 def test_faust_commits_past_a_gap_the_filler_marked_once_later_offsets_are_acked():
     """The worker tells Faust's consumer about offsets the stream skipped (``_add_gap``, private in
     faust-streaming). Faust commits only up to its first offset no event acked: without the gap the
