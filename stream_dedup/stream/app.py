@@ -99,6 +99,14 @@ def hold(batch: list) -> None:
         ev.message.acked = True
 
 
+def highwater(consumer: Any, tp: TP) -> int | None:
+    """The partition's end offset as of the consumer's last fetch (no request), None if unknown."""
+    try:
+        return consumer.highwater(tp)
+    except Exception:  # noqa: BLE001 - aiokafka asserts the partition is assigned; a rebalance may race
+        return None
+
+
 def event_partition(event: Any) -> int | None:
     return event.message.partition if event is not None else None
 
@@ -168,6 +176,7 @@ def build_app(settings: Settings) -> faust.App:
     exact_t, index_t, decide_t = table("exact"), table("index"), table("decide")
 
     preparer = Preparer(settings)
+    log.info("segmenter and parsers loaded in %.1f s", preparer.warm())
     window = settings.engine.window_ms
     exact_data = TableMapping(exact_t)
     exact_by_part: dict[int, ExactStore] = {}
@@ -266,12 +275,37 @@ def build_app(settings: Settings) -> faust.App:
         for m in msgs:
             out.setdefault((answers, id_partition(m.id, n)), []).append(m.to_bytes())
 
+    busy: set[str] = set()  # stream topics whose agent has a batch in hand
+    batch_done: dict[str, float] = {}  # stream topic -> when its agent last finished a batch
+
+    if gaps is not None:
+        @app.timer(interval=2.0)
+        async def reread_skipped_tails() -> None:
+            """Seek back where the consumer read the end of a partition that never reached the stream
+            (see ``gaps.TailWatch``): else those documents wait for the partition's next event."""
+            if app.rebalancing or stopping:
+                gaps.tails.reset()
+                return
+            consumer = app.consumer
+            now = time.monotonic()
+            idle = {t for t in stream_topics if t not in busy and now - batch_done.get(t, 0.0) >= 1.0}
+            reads = {(tp.topic, tp.partition): (consumer._read_offset.get(tp), consumer._committed_offset.get(tp),
+                                                highwater(consumer, tp))
+                     for tp in consumer.assignment() if tp.topic in stream_topics}
+            for topic, part, offset in gaps.tails.check(gaps.tracker, reads, idle):
+                log.warning("%s[%d]: offsets from %d on were read but never reached the stream; reading them "
+                            "again", topic, part, offset)
+                counts["gap.tail_rereads"] += 1
+                await consumer.seek(TP(topic, part), offset)
+
     async def batches(stream):
         """The stream in batches of (event, message), each message preceded by any the stream skipped.
 
         A batch is acked (and later committed) only after the agent's loop body is done with it.
         """
         async for events in stream.take_events(w.batch_max, within=w.batch_within_s):
+            topic = events[0].message.topic if events else ""
+            busy.add(topic)
             out = []
             for ev in events:
                 msg = ev.message
@@ -284,6 +318,8 @@ def build_app(settings: Settings) -> faust.App:
                     out.extend((ev, m) for m in missed)
                 out.append((ev, msg))
             yield out
+            busy.discard(topic)  # the agent's body is done with the batch
+            batch_done[topic] = time.monotonic()
 
     def committed_offset(topic: str, partition: int) -> int | None:
         """Where this worker's consumer began the partition: its committed offset at assignment.

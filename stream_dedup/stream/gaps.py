@@ -82,10 +82,68 @@ class GapTracker:
         self.last.pop((topic, partition), None)
 
 
+@dataclass
+class TailWatch:
+    """Offsets the consumer read but the stream never delivered, at the end of a partition.
+
+    ``GapTracker`` sees a skip only when a later message of the partition arrives. When the skipped
+    messages are the last ones written so far (the benchmark's warm-up hit it: a rebalance, then
+    offsets 3..11 of a pages partition read and dropped, nothing after them), nothing arrives and
+    their documents wait for the next event of that partition, which on a quiet partition may be
+    never. Faust's consumer records each message as read before its stream has it, so a partition
+    whose read offset stays ahead of the last offset processed while the agent sits idle has lost
+    that tail; the worker then seeks the consumer back to the first unprocessed offset, and the
+    messages come through the stream (and its commits) normally.
+
+    A message can be read and still on its way to an idle agent, so a suspicion must hold unchanged
+    for two checks in a row before it counts. Faust's read offset is the last offset read, except
+    after a seek (its own on assignment, or this one), when it is the next offset to read: so a
+    partition is suspect only when the broker also holds a message at the first unprocessed offset
+    (its high watermark is past it), else every idle partition would look one message behind."""
+
+    retry_after: int = 5  # checks to wait for a re-read to show before asking for it again
+
+    def __post_init__(self) -> None:
+        self.suspects: dict[tuple[str, int], tuple[int, int]] = {}
+        self.reread: dict[tuple[str, int], tuple[int, int]] = {}  # key -> (offset asked for, checks since)
+
+    def check(self, tracker: GapTracker, reads: dict[tuple[str, int], tuple[int | None, int | None, int | None]],
+              idle: set[str]) -> list[tuple[str, int, int]]:
+        """``reads``: per assigned (topic, partition), (the consumer's read offset, the committed offset
+        it began at, the partition's high watermark); ``idle``: topics whose agent has no batch in hand
+        and has had none for a while. Returns (topic, partition, offset) to read again from."""
+        out: list[tuple[str, int, int]] = []
+        suspects: dict[tuple[str, int], tuple[int, int]] = {}
+        for key, (read, start, end) in reads.items():
+            last = tracker.last.get(key)
+            nxt = last + 1 if last is not None else start
+            if (key[0] not in idle or nxt is None or read is None or read < nxt
+                    or end is None or end <= nxt):
+                self.reread.pop(key, None)
+                continue
+            asked = self.reread.get(key)
+            if asked is not None and asked[0] == nxt and asked[1] < self.retry_after:
+                self.reread[key] = (nxt, asked[1] + 1)  # a seek in flight: its messages are coming
+                continue
+            if self.suspects.get(key) == (nxt, read):
+                out.append((key[0], key[1], nxt))
+                self.reread[key] = (nxt, 0)
+            else:
+                suspects[key] = (nxt, read)
+        self.suspects = suspects
+        return out
+
+    def reset(self) -> None:
+        """A rebalance: positions and reads start over."""
+        self.suspects.clear()
+        self.reread.clear()
+
+
 class GapFiller:
     def __init__(self, fetch: Fetch, max_fill: int = 10_000, on_fill: Callable[[str, int], None] | None = None,
                  committed: Callable[[str, int], int] | None = None):
         self.tracker = GapTracker(max_fill)
+        self.tails = TailWatch()
         self.fetch = fetch
         self.on_fill = on_fill
         self.committed = committed

@@ -235,3 +235,60 @@ def test_gap_tracker_says_which_partitions_it_has_a_position_for():
     assert t.seen("pages", 0) and not t.seen("pages", 1)
     t.forget("pages", 0)
     assert not t.seen("pages", 0)
+
+
+def test_tail_watch_asks_to_reread_a_partition_end_that_never_reached_an_idle_agent():
+    from stream_dedup.stream.gaps import GapTracker, TailWatch
+
+    tr, tw = GapTracker(), TailWatch(retry_after=2)
+    for off in range(3):  # offsets 0..2 processed; the consumer then read 3..11, which were dropped
+        tr.gap("pages", 4, off)
+    reads = {("pages", 4): (11, 0, 12), ("pages", 5): (7, 0, 8)}
+    tr.gap("pages", 5, 7)  # caught up: processed what was read
+    assert tw.check(tr, reads, idle={"pages"}) == []  # once is a suspicion: the message may be on its way
+    assert tw.check(tr, reads, idle={"pages"}) == [("pages", 4, 3)]  # unchanged a check later
+    # Faust's seek sets its read offset to the offset sought: a re-read in flight is not asked for again ...
+    reads[("pages", 4)] = (3, 0, 12)
+    assert tw.check(tr, reads, idle={"pages"}) == []
+    assert tw.check(tr, reads, idle={"pages"}) == []
+    # ... unless it never shows: after ``retry_after`` checks it is asked for once more
+    assert tw.check(tr, reads, idle={"pages"}) == []
+    assert tw.check(tr, reads, idle={"pages"}) == [("pages", 4, 3)]
+    for off in range(3, 12):  # the re-read messages come through the stream
+        tr.gap("pages", 4, off)
+    reads[("pages", 4)] = (11, 0, 12)
+    assert tw.check(tr, reads, idle={"pages"}) == [] and tw.check(tr, reads, idle={"pages"}) == []
+
+
+def test_tail_watch_leaves_busy_agents_moving_reads_and_unseen_partitions_alone():
+    from stream_dedup.stream.gaps import GapTracker, TailWatch
+
+    tr, tw = GapTracker(), TailWatch()
+    tr.gap("probes", 0, 10)
+    for _ in range(3):  # the agent has a batch in hand: read-ahead is its buffer, not a loss
+        assert tw.check(tr, {("probes", 0): (40, 0, 50)}, idle=set()) == []
+    assert tw.check(tr, {("probes", 0): (41, 0, 50)}, idle={"probes"}) == []
+    assert tw.check(tr, {("probes", 0): (42, 0, 50)}, idle={"probes"}) == []  # still reading: not the same twice
+    # a partition never processed here since its assignment: measured from its committed offset
+    assert tw.check(tr, {("answers", 2): (5, 6, 9)}, idle={"answers"}) == []  # read nothing past the commit
+    assert tw.check(tr, {("answers", 2): (5, 6, 9)}, idle={"answers"}) == []
+    assert tw.check(tr, {("answers", 2): (8, 6, 9)}, idle={"answers"}) == []
+    assert tw.check(tr, {("answers", 2): (8, 6, 9)}, idle={"answers"}) == [("answers", 2, 6)]
+    assert tw.check(tr, {("answers", 3): (8, None, 9)}, idle={"answers"}) == []  # no baseline: no guess
+    tw.check(tr, {("probes", 0): (40, 0, 50)}, idle={"probes"})
+    tw.reset()  # a rebalance forgets suspicions
+    assert tw.check(tr, {("probes", 0): (40, 0, 50)}, idle={"probes"}) == []
+
+
+def test_tail_watch_ignores_a_read_offset_set_by_a_seek_when_nothing_is_there_to_read():
+    """After Faust's seek on assignment its read offset is the next offset, not the last one read:
+    an idle partition then looks one behind, unless the high watermark shows nothing is there."""
+    from stream_dedup.stream.gaps import GapTracker, TailWatch
+
+    tr, tw = GapTracker(), TailWatch()
+    for _ in range(4):
+        assert tw.check(tr, {("pages", 1): (6, 6, 6)}, idle={"pages"}) == []  # seek to 6; end 6: empty
+        assert tw.check(tr, {("pages", 2): (6, 6, None)}, idle={"pages"}) == []  # end unknown yet
+    tr.gap("pages", 3, 9)
+    assert tw.check(tr, {("pages", 3): (10, 6, 11)}, idle={"pages"}) == []
+    assert tw.check(tr, {("pages", 3): (10, 6, 11)}, idle={"pages"}) == [("pages", 3, 10)]  # one dropped
