@@ -2,9 +2,10 @@
 
     python bench/scan_vs_jieba.py [--repeat 3]
 
-On the 1,000 THUCNews articles: (a) jieba.lcut of every raw text, dictionary already loaded;
-(b) `stream-dedup scan` of the same file as a subprocess, start-up included; (c) the same scan
-in-process without start-up. Also reports the share of scan time spent inside jieba (cProfile).
+On the 1,000 THUCNews articles: (a) jieba.lcut of every raw text, dictionary already loaded, in
+one process; (b) `stream-dedup scan` of the same file as a subprocess, start-up included, with one
+preparing process (`-j 1`) and with the default (one per core); (c) the same scan in-process
+without start-up, both ways. Also reports the share of scan time spent inside jieba (cProfile).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def main() -> None:
     import jieba
 
     from stream_dedup.config import load_settings
-    from stream_dedup.scan import run_scan
+    from stream_dedup.scan import default_jobs, run_scan
 
     path = SHARED / "news" / "thucnews_1000.jsonl"
     docs = read_jsonl(path)
@@ -38,15 +39,18 @@ def main() -> None:
     tk.initialize()
     t_jieba = median_time(lambda: [tk.lcut(d["text"]) for d in docs], a.repeat)
 
-    def sub_scan():
+    def sub_scan(jobs: int):
         with tempfile.TemporaryDirectory() as tmp:
             subprocess.run([sys.executable, "-m", "stream_dedup.cli", "scan", str(path), "--out", f"{tmp}/v.jsonl",
-                            "--no-progress"], check=True, cwd=REPO, capture_output=True)
+                            "--no-progress", "--jobs", str(jobs)], check=True, cwd=REPO, capture_output=True)
 
-    t_scan_cli = median_time(sub_scan, a.repeat)
+    cores = default_jobs()
+    t_scan_cli = median_time(lambda: sub_scan(1), a.repeat)
+    t_scan_cli_n = median_time(lambda: sub_scan(0), a.repeat)
     settings = load_settings(environ={})
     run_scan(settings, str(path), "/dev/null", quiet=True)  # warm: dictionary, IDF table, OpenCC
     t_scan = median_time(lambda: run_scan(settings, str(path), "/dev/null", quiet=True), a.repeat)
+    t_scan_n = median_time(lambda: run_scan(settings, str(path), "/dev/null", quiet=True, jobs=cores), a.repeat)
 
     prof = cProfile.Profile()
     prof.enable()
@@ -58,14 +62,20 @@ def main() -> None:
     top = io.StringIO()
     pstats.Stats(prof, stream=top).sort_stats("tottime").print_stats(12)
 
-    rows = [["jieba.lcut (dictionary loaded)", round(n / t_jieba, 1), 1.0],
-            ["scan in-process (warm)", round(n / t_scan, 1), round(t_jieba / t_scan, 3)],
-            ["stream-dedup scan CLI (start-up included)", round(n / t_scan_cli, 1), round(t_jieba / t_scan_cli, 3)]]
+    rows = [["jieba.lcut (dictionary loaded), 1 process", round(n / t_jieba, 1), 1.0],
+            ["scan in-process (warm), 1 preparing process", round(n / t_scan, 1), round(t_jieba / t_scan, 3)],
+            [f"scan in-process (warm), {cores} preparing processes", round(n / t_scan_n, 1),
+             round(t_jieba / t_scan_n, 3)],
+            ["stream-dedup scan CLI -j 1 (start-up included)", round(n / t_scan_cli, 1),
+             round(t_jieba / t_scan_cli, 3)],
+            [f"stream-dedup scan CLI, default -j ({cores}; start-up included)", round(n / t_scan_cli_n, 1),
+             round(t_jieba / t_scan_cli_n, 3)]]
     text = table(["run", "docs/s", "throughput / jieba's"], rows)
     text += (f"\n\nshare of warm scan time inside jieba's cut, by cProfile: {jieba_t / total:.1%} (an upper bound: "
              "cProfile's cost per call falls mostly on jieba's many small calls; by the docs/s above, the same "
              f"segmentation takes about {t_jieba / t_scan:.0%} of warm scan time)")
     save("scan_vs_jieba", {"docs": n, "jieba_s": t_jieba, "scan_s": t_scan, "scan_cli_s": t_scan_cli,
+                           "scan_jobs": cores, "scan_n_s": t_scan_n, "scan_cli_n_s": t_scan_cli_n,
                            "jieba_share_of_scan": jieba_t / total, "profile_top": top.getvalue()[-4000:]}, text)
 
 

@@ -29,6 +29,9 @@ class Rejected(ValueError):
         self.reason = reason
         self.detail = detail
 
+    def __reduce__(self):  # pickled whole: ``scan --jobs`` hands rejections back from its worker processes
+        return (Rejected, (self.reason, self.detail))
+
 
 @dataclass
 class Doc:

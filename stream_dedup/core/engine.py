@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterable
 from .document import Rejected
 from .exact import ExactStore
 from .index import BucketIndex
-from .stages import DecideStage, IndexStage, Preparer, exact_stage
+from .stages import DecideStage, IndexStage, Prepared, Preparer, exact_stage
 from .store import KVStore
 from .verdict import Cluster, Verdict
 
@@ -50,12 +50,16 @@ class Engine:
         id already seen and different content (the first content of an id stands; a replay of
         the same content is harmless and returns the same verdict).
         """
-        doc = self.preparer.document(raw, default_ts)
-        seen = self.digests.get(doc.id)
-        if seen is not None and seen != doc.digest:
-            raise Rejected("id_conflict", f"id {doc.id!r} was already seen with different content")
-        self.digests[doc.id] = doc.digest
-        prepared = self.preparer.sketch(doc)
+        return self.judge(self.preparer.prepare(raw, default_ts))
+
+    def judge(self, prepared: Prepared) -> list[Verdict]:
+        """The stateful half of ``process``, for a document prepared here or in another process
+        (``scan --jobs``: preparing is pure and most of the work, so it spreads over cores while the
+        stores see documents one at a time, in input order, as here)."""
+        seen = self.digests.get(prepared.id)
+        if seen is not None and seen != prepared.digest:
+            raise Rejected("id_conflict", f"id {prepared.id!r} was already seen with different content")
+        self.digests[prepared.id] = prepared.digest
         verdicts: list[Verdict] = []
         msgs, probes = exact_stage(self.exact, prepared, 1)
         for probe in probes:
@@ -66,7 +70,7 @@ class Engine:
             if v:
                 verdicts.append(v)
             queue.extend(reversed(self.decide.outbox))  # cluster joins/leaves, as the workers route them
-        self._advance(doc.ts)
+        self._advance(prepared.ts)
         return verdicts
 
     def _advance(self, ts: int) -> None:

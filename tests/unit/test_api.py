@@ -32,3 +32,36 @@ def test_api_matches_scan_on_the_sample_and_rejects_bad_events(tmp_path):
         with pytest.raises(Rejected) as e:
             d.check(b"{broken")
         assert e.value.reason == "not_json"
+
+
+def test_scan_with_several_preparing_processes_gives_the_same_verdicts_and_rejections(tmp_path):
+    """``scan --jobs``: documents are prepared in other processes and judged here in input order."""
+    import io
+    import pickle
+
+    from stream_dedup.config import load_settings
+    from stream_dedup.scan import run_scan
+
+    lines = (REPO / "examples" / "sample.jsonl").read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    extra = ["{broken", json.dumps({"id": first["id"], "text": "同一个编号，不同的内容：应被拒绝。", "ts": 5}),
+             json.dumps({"id": "tw", "text": "新浪體育訊　北京時間４月１２日，湖人隊擊敗國王。", "ts": 9}),
+             json.dumps({"id": "cn", "text": "新浪体育讯北京时间4月12日,湖人队击败国王.", "ts": 10})]
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(lines[:12] + extra[:2] + lines[12:] * 3 + extra[2:]) + "\n", encoding="utf-8")
+    runs = {}
+    for jobs in (1, 2):
+        bad = io.StringIO()
+        summary = run_scan(load_settings(environ={}), str(src), str(tmp_path / f"v{jobs}.jsonl"), jobs=jobs,
+                           report_bad=bad, clusters_path=str(tmp_path / f"c{jobs}.jsonl"))
+        runs[jobs] = ((tmp_path / f"v{jobs}.jsonl").read_text(encoding="utf-8"),
+                      (tmp_path / f"c{jobs}.jsonl").read_text(encoding="utf-8"), bad.getvalue(), summary.as_dict())
+    assert runs[1][:3] == runs[2][:3]
+    one, two = runs[1][3], runs[2][3]
+    for d in (one, two):
+        d.pop("seconds"), d.pop("docs_per_s")
+    assert one == two and one["rejected"] == 2 and one["reasons"] == {"not_json": 1, "id_conflict": 1}
+    verdicts = {v["id"]: v for v in map(json.loads, runs[2][0].splitlines())}
+    assert verdicts["cn"]["verdict"] == "duplicate" and verdicts["cn"]["duplicate_of"] == "tw"
+    e = pickle.loads(pickle.dumps(Rejected("not_json", "line 3")))  # how rejections come back from a worker
+    assert (e.reason, e.detail) == ("not_json", "line 3")
