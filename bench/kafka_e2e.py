@@ -161,12 +161,12 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path) -> 
                 tenths.append({"from_s": round(by_send[k * len(by_send) // 10][0], 1),
                                "p50_ms": round(1000 * part[len(part) // 2], 1),
                                "p99_ms": round(1000 * part[int(0.99 * (len(part) - 1))], 1)})
-        return {"events": len(events), "answered": len(lat), "seconds": round(last - t0, 2),
-                "latency_by_tenth": tenths, "timeline": [[round(a, 3), round(1000 * b, 1)] for a, b in by_send],
-                "messages_per_event": per_event,
-                "events_per_s": round(len(lat) / (last - t0), 1),
-                "latency_median_ms": round(1000 * statistics.median(vals), 1),
-                "latency_p99_ms": round(1000 * vals[int(0.99 * (len(vals) - 1))], 1)}
+        result = {"events": len(events), "answered": len(lat), "seconds": round(last - t0, 2),
+                  "latency_by_tenth": tenths, "timeline": [[round(a, 3), round(1000 * b, 1)] for a, b in by_send],
+                  "messages_per_event": per_event,
+                  "events_per_s": round(len(lat) / (last - t0), 1),
+                  "latency_median_ms": round(1000 * statistics.median(vals), 1),
+                  "latency_p99_ms": round(1000 * vals[int(0.99 * (len(vals) - 1))], 1)}
     finally:
         c.close()
         for pr in procs:
@@ -176,6 +176,12 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path) -> 
                 pr.wait(60)
             except subprocess.TimeoutExpired:
                 pr.kill()
+    # what the workers logged about lost messages they recovered (see stream/gaps.py)
+    logs = [(tmp / f"{prefix}-{i}.log").read_text(errors="replace") for i in range(workers)]
+    result["worker_log"] = {"gap fills": sum(t.count("the stream skipped offsets") for t in logs),
+                            "tail re-reads": sum(t.count("never reached the stream") for t in logs),
+                            "errors": sum(t.count("[ERROR]") for t in logs)}
+    return result
 
 
 def embedded(events: list[dict]) -> float:
@@ -217,7 +223,7 @@ def main() -> None:
                              r["latency_p99_ms"], round(scan_rate, 1), r["ratio_to_scan"],
                              round(mpe["fingerprints"] + mpe["probes"] + mpe["answers"], 1),
                              round(mpe["exact-changelog"] + mpe["index-changelog"] + mpe["decide-changelog"], 1)])
-                print(rows[-1], flush=True)
+                print(rows[-1], "worker logs:", r.get("worker_log"), flush=True)
     finally:
         if started:
             subprocess.run([str(REPO / "deploy/kafka/kafka.sh"), "stop"], env=dict(os.environ, KAFKA_PORT="19192"))
