@@ -8,16 +8,18 @@ import json
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ORDER = ["quality", "html_quality", "fingerprint", "scan_vs_jieba", "segmenters", "index_scale", "kafka_e2e"]
+ORDER = ["quality", "html_quality", "fingerprint", "scan_vs_jieba", "segmenters", "index_scale", "kafka_e2e",
+         "kafka_profile"]
 TITLES = {"quality": "Quality and speed vs peers (development benchmark)", "fingerprint": "Fingerprint math vs peers",
           "scan_vs_jieba": "scan vs raw jieba segmentation", "index_scale": "Index scaling",
           "kafka_e2e": "Kafka end to end (real local broker)",
           "html_quality": "HTML pages: other sites' templates vs same-site pages",
-          "segmenters": "Word segmenters: jieba vs jieba_fast"}
+          "segmenters": "Word segmenters: jieba vs jieba_fast",
+          "kafka_profile": "Kafka end to end: where the workers' CPU goes (py-spy)"}
 COMMANDS = {"quality": "python bench/quality.py", "fingerprint": "python bench/fingerprint.py",
             "scan_vs_jieba": "python bench/scan_vs_jieba.py", "index_scale": "python bench/index_scale.py",
             "kafka_e2e": "python bench/kafka_e2e.py", "html_quality": "python bench/html_quality.py",
-            "segmenters": "python bench/segmenters.py"}
+            "segmenters": "python bench/segmenters.py", "kafka_profile": "python bench/kafka_e2e.py --profile"}
 
 
 def main() -> None:
@@ -32,9 +34,11 @@ def main() -> None:
         table = (RESULTS / f"{name}.md").read_text(encoding="utf-8").rsplit("\n\n{", 1)[0]
         parts.append(f"## {TITLES.get(base, name)}{' (' + name + ')' if name != base else ''}\n")
         cmd = COMMANDS.get(base, name)
-        if name != base and isinstance(data.get("args"), dict):  # a variant run: show the flags it ran with
-            flags = [f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                     for k, v in data["args"].items() if v is not None]
+        if isinstance(data.get("args"), dict):  # show the flags it ran with
+            cmd = cmd.split(" --")[0]
+            flags = [f"--{k.replace('_', '-')}" + ("" if v is True else
+                                                   f" {' '.join(map(str, v)) if isinstance(v, list) else v}")
+                     for k, v in data["args"].items() if v is not None and v is not False]
             cmd = " ".join([cmd, *flags])
         parts.append(f"`{cmd}`: {m.get('date')}, commit {m.get('commit')}, {m.get('cpus')} CPUs, "
                      f"Python {m.get('python')}\n")

@@ -1,6 +1,6 @@
 """Kafka end to end on a real broker: sustained events/s and verdict latency, 1 and 2 workers.
 
-    python bench/kafka_e2e.py [--events 3000] [--workers 1 2] [--kinds sms news] [--rate R]
+    python bench/kafka_e2e.py [--events 3000] [--workers 1 2] [--kinds sms news] [--rate R] [--profile]
 
 Starts the local broker (unless KAFKA_BOOTSTRAP is set), creates private topics per run, starts the
 workers, waits until their group is stable and they have answered 60 warm-up events, then
@@ -8,6 +8,10 @@ produces the events (their ts = send time)
 and reads verdicts. Throughput = events / (last verdict - first send); latency = verdict arrival -
 send time. The same events also go through the embedded engine (`scan`'s Engine) for the ratio.
 With --rate, events are sent at that rate (use half the measured maximum for the latency target).
+The "cores" columns say who used the machine's CPU during the measured run (/proc): the workers,
+the broker and anything else, this script's own Kafka clients, and what stayed idle.
+With --profile, py-spy samples every worker during the measured run and a second table says where
+their CPU went (bench/worker_profile.py); the results are then written as kafka_profile*.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, RESULTS, devset, need_shared, read_jsonl, save, table  # noqa: E402
+from worker_profile import CpuMeter, Profiler, summary  # noqa: E402
 
 from stream_dedup.config import load_settings  # noqa: E402
 from stream_dedup.core.engine import Engine  # noqa: E402
@@ -101,7 +106,7 @@ def internal_totals(c, prefix: str) -> dict[str, int]:
             for name in ("fingerprints", "probes", "answers", "exact-changelog", "index-changelog", "decide-changelog")}
 
 
-def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path) -> dict:
+def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, profile: bool = False) -> dict:
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     s = settings_for(prefix, partitions=6)
     apply(s)
@@ -134,6 +139,10 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path) -> 
                     arrivals.append(now)
 
         reader = threading.Thread(target=read)
+        profiler = Profiler([pr.pid for pr in procs], tmp) if profile else None
+        if profiler is not None:
+            profiler.start()
+        meter = CpuMeter([pr.pid for pr in procs])
         reader.start()
         t0 = time.time()
         for i, e in enumerate(events):
@@ -148,6 +157,8 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path) -> 
         p.flush(60)
         reader.join()
         done.set()
+        cpu = meter.stop()
+        profiled = profiler.stop() if profiler is not None else None
         last = max(arrivals) if arrivals else time.time()
         vals = sorted(lat.values())
         after = internal_totals(c, prefix)
@@ -167,6 +178,9 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path) -> 
                   "events_per_s": round(len(lat) / (last - t0), 1),
                   "latency_median_ms": round(1000 * statistics.median(vals), 1),
                   "latency_p99_ms": round(1000 * vals[int(0.99 * (len(vals) - 1))], 1)}
+        result["cpu"] = cpu
+        if profiled is not None:
+            result["profile"] = summary(profiled, len(events))
     finally:
         c.close()
         for pr in procs:
@@ -198,7 +212,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--kinds", nargs="+", default=["sms", "news"])
     ap.add_argument("--rate", type=float, default=None)
+    ap.add_argument("--profile", action="store_true", help="sample the workers with py-spy (bench extra)")
     a = ap.parse_args()
+    if a.profile and not Profiler.available():
+        ap.error("--profile needs py-spy: pip install -e '.[bench]'")
     need_shared()
     started = False
     if not os.environ.get("KAFKA_BOOTSTRAP"):
@@ -214,7 +231,7 @@ def main() -> None:
             events = read_jsonl(ds / f"{kind}.jsonl", a.events)
             scan_rate = embedded(events)
             for w in a.workers:
-                r = run_one(events, w, a.rate, tmp)
+                r = run_one(events, w, a.rate, tmp, a.profile)
                 r.update(kind=kind, workers=w, scan_events_per_s=round(scan_rate, 1),
                          ratio_to_scan=round(r["events_per_s"] / scan_rate, 3), rate=a.rate)
                 results.append(r)
@@ -222,15 +239,25 @@ def main() -> None:
                 rows.append([kind, w, r["events"], r["answered"], r["events_per_s"], r["latency_median_ms"],
                              r["latency_p99_ms"], round(scan_rate, 1), r["ratio_to_scan"],
                              round(mpe["fingerprints"] + mpe["probes"] + mpe["answers"], 1),
-                             round(mpe["exact-changelog"] + mpe["index-changelog"] + mpe["decide-changelog"], 1)])
-                print(rows[-1], "worker logs:", r.get("worker_log"), flush=True)
+                             round(mpe["exact-changelog"] + mpe["index-changelog"] + mpe["decide-changelog"], 1),
+                             r["cpu"]["workers_cores"], r["cpu"]["rest_cores"], r["cpu"]["bench_client_cores"],
+                             r["cpu"]["idle_cores"]])
+                print(rows[-1], "worker logs:", r.get("worker_log"), "cores per worker:",
+                      r["cpu"]["per_worker_cores"], flush=True)
     finally:
         if started:
             subprocess.run([str(REPO / "deploy/kafka/kafka.sh"), "stop"], env=dict(os.environ, KAFKA_PORT="19192"))
         shutil.rmtree(tmp, ignore_errors=True)
     text = table(["kind", "workers", "events", "answered", "events/s", "latency p50 ms", "latency p99 ms",
-                  "scan events/s", "kafka/scan", "internal msgs/event", "changelog msgs/event"], rows)
-    name = "kafka_e2e" + (f"_rate{int(a.rate)}" if a.rate else "")
+                  "scan events/s", "kafka/scan", "internal msgs/event", "changelog msgs/event",
+                  "cores: workers", "broker+rest", "bench client", "idle"], rows)
+    name = ("kafka_profile" if a.profile else "kafka_e2e") + (f"_rate{int(a.rate)}" if a.rate else "")
+    if a.profile:
+        text += "\n\nWhere the workers' CPU went (py-spy, all workers together; shares of CPU in use):\n\n" + table(
+            ["kind", "workers", "category", "share of CPU", "CPU ms/event"],
+            [[r["kind"], r["workers"], cat, v["share"], v["cpu_ms_per_event"]]
+             for r in results for cat, v in r["profile"]["by_category"].items()]
+            + [[r["kind"], r["workers"], "all", 1.0, r["profile"]["cpu_ms_per_event"]] for r in results])
     for r in results:
         print(f"{r['kind']} x{r['workers']}: latency p50/p99 ms by tenth of the run:",
               " ".join(f"{t['p50_ms']:.0f}/{t['p99_ms']:.0f}" for t in r["latency_by_tenth"]))

@@ -25,7 +25,6 @@ import sys
 import time
 import weakref
 from collections import Counter
-from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from ..core.stages import (DecideStage, IndexStage, JsonStates, Prepared, Prepar
                            exact_stage, id_partition, pack_batches, unpack_batch)
 from ..core.store import WriteBack
 from ..kafka_io import client_config
+from .changelog import TableMapping
 from .credentials import faust_credentials
 from .gaps import GapFiller, confluent_committed, confluent_fetch
 from . import heap, rocks
@@ -48,41 +48,6 @@ from .metrics import Metrics
 from .watchdog import EXIT_STALLED, ChangelogIdleFilter, StallDetector
 
 log = logging.getLogger("stream_dedup.worker")
-
-
-class TableMapping(MutableMapping):
-    """bytes -> bytes view of a Faust table (raw serializers), as the core's stores expect."""
-
-    def __init__(self, table: Any):
-        self.table = table
-
-    def __getitem__(self, key: bytes) -> bytes:
-        return self.table[key]
-
-    def get(self, key: bytes, default: Any = None) -> Any:
-        return self.table.get(key, default)
-
-    def __setitem__(self, key: bytes, value: bytes) -> None:
-        self.table[key] = value
-
-    def __delitem__(self, key: bytes) -> None:
-        del self.table[key]
-
-    def __iter__(self):
-        return iter(self.table.keys())
-
-    def __len__(self) -> int:
-        return len(self.table)
-
-    def partition_items(self, partition: int):
-        """Every (key, value) of one local partition (for rebuilding in-memory caches after a move).
-
-        Uses the rocksdict store's per-partition database; Faust's own bookkeeping keys are skipped.
-        """
-        db = self.table.data._db_for_partition(partition)
-        for k, v in db.items():
-            if not k.startswith(b"__faust"):
-                yield k, v
 
 
 def hold(batch: list) -> None:
@@ -178,14 +143,17 @@ def build_app(settings: Settings) -> faust.App:
     preparer = Preparer(settings)
     log.info("segmenter and parsers loaded in %.1f s", preparer.warm())
     window = settings.engine.window_ms
-    exact_data = TableMapping(exact_t)
+    # the tables' changelog records go out in one record batch per partition per agent batch
+    # (stream/changelog.py); under exactly-once, Faust's per-message path keeps them in its transactions
+    bulk = (lambda: app.producer._ensure_producer()) if w.processing_guarantee == "at_least_once" else None
+    exact_map, index_map, decide_map = (TableMapping(t_, bulk) for t_ in (exact_t, index_t, decide_t))
     exact_by_part: dict[int, ExactStore] = {}
     # index and decide write through a per-batch write-back layer (see WriteBack): one changelog
-    # message per touched key per batch, and decide states only after the batch's output is delivered
-    index_data = WriteBack(TableMapping(index_t), tag=current_event, scope=event_partition)
+    # record per touched key per batch, and decide states only after the batch's output is delivered
+    index_data = WriteBack(index_map, tag=current_event, scope=event_partition)
     # decide: the write-back holds DocState objects, so a document's state is decoded and encoded
     # once per batch however many of its answers the batch brings
-    decide_data = WriteBack(JsonStates(TableMapping(decide_t)), tag=current_event, scope=event_partition)
+    decide_data = WriteBack(JsonStates(decide_map), tag=current_event, scope=event_partition)
     index_stage = IndexStage(BucketIndex(index_data, window=window), preparer.detectors)
     decide = DecideStage(decide_data)
     counts: Counter[str] = Counter()
@@ -221,10 +189,10 @@ def build_app(settings: Settings) -> faust.App:
         if st is None:  # first event of a partition in this process: warm its filter from the table
             # digests spread evenly over the exact stage's partitions: each partition's filter is
             # sized for its share of the stream's capacity, not for all of it
-            st = exact_by_part[partition] = ExactStore(exact_data, window,
+            st = exact_by_part[partition] = ExactStore(exact_map, window,
                                                        bloom_capacity=-(-settings.engine.bloom_capacity // n),
                                                        bloom_fp_rate=settings.engine.bloom_fp_rate)
-            rebuilt = st.rebuild_bloom(exact_data.partition_items(partition))
+            rebuilt = st.rebuild_bloom(exact_map.partition_items(partition))
             log.info("exact partition %d: Bloom filter rebuilt from %d stored digests", partition, rebuilt)
         return st
 
@@ -399,6 +367,7 @@ def build_app(settings: Settings) -> faust.App:
             out: dict = {}
             for ev, msg in batch:
                 if stopping:  # see quiesce
+                    exact_map.discard()
                     return hold(batch)
                 with under(ev):
                     for item in unpack_batch(msg.value):
@@ -413,7 +382,9 @@ def build_app(settings: Settings) -> faust.App:
                             out.setdefault((probes, pr.partition), []).append(pr.to_bytes())
                         to_decide(out, msgs)
             if await send_batches(out) is None:
+                exact_map.discard()
                 return hold(batch)
+            await exact_map.send()
 
     @app.agent(probes)
     async def index(stream):
@@ -422,6 +393,7 @@ def build_app(settings: Settings) -> faust.App:
             for ev, msg in batch:
                 if stopping:
                     index_data.discard()
+                    index_map.discard()
                     return hold(batch)
                 with under(ev):
                     for item in unpack_batch(msg.value):
@@ -438,8 +410,10 @@ def build_app(settings: Settings) -> faust.App:
                         metrics.candidates.inc(index_stage.candidates - before)
             if await send_batches(out) is None:
                 index_data.discard()
+                index_map.discard()
                 return hold(batch)
             counts["index.writes"] += index_data.flush(under)
+            await index_map.send()
 
     @app.agent(answers)
     async def decide_agent(stream):
@@ -493,6 +467,7 @@ def build_app(settings: Settings) -> faust.App:
             # the states that say "emitted" are stored only now that the verdicts are delivered: after
             # a crash before this line the batch is replayed into the old states and emits again
             counts["decide.writes"] += decide_data.flush(under)
+            await decide_map.send()
 
     async def watch_partitions() -> None:
         """Exit for a restart when an assigned partition stalls (see ``watchdog``)."""

@@ -1,0 +1,143 @@
+"""Where a worker's CPU goes during a Kafka run: py-spy samples of each worker, grouped by what they do.
+
+Used by ``kafka_e2e.py --profile`` (py-spy from the ``bench`` extra; attaching needs ptrace
+permission, which root and most containers have). A sample counts for **core** when its stack
+passes through ``stream_dedup/core`` (the same work ``scan`` does for the event: normalizing,
+segmenting, fingerprinting, probing and verdicts, libraries included); every other sample counts
+for the innermost package on its stack that the worker runs on (aiokafka, Faust and mode, the
+worker's own driver code in ``stream_dedup/stream``), or for the event loop and the standard
+library when none is (asyncio's scheduling, JSON of the verdicts, selectors). Idle samples (a
+thread waiting) are not taken, so the shares are of CPU in use.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+CORE = "core (judging the event, as scan does)"
+# innermost match wins; the order only breaks ties within one frame's path
+PACKAGES = [
+    ("/aiokafka/", "Kafka client (aiokafka)"),
+    ("/faust/", "Faust and mode (streams, tables, agents)"),
+    ("/mode/", "Faust and mode (streams, tables, agents)"),
+    ("/stream_dedup/stream/", "worker driver (stream_dedup/stream)"),
+    ("/stream_dedup/", "worker driver (stream_dedup/stream)"),
+    ("/site-packages/", "other libraries"),
+]
+LOOP = "event loop and standard library"
+# frames that run an event loop (the worker's main thread, mode's consumer thread): a sample whose
+# innermost package frame is one of these is the loop's own work (select, scheduling)
+RUNNERS = ("execute_from_commandline (", "ServiceThread._start_thread (", "WorkerThread.run (")
+RATE = 100
+CLOCK = os.sysconf("SC_CLK_TCK")
+
+
+class Profiler:
+    """py-spy attached to each worker process from ``start()`` to ``stop()``."""
+
+    def __init__(self, pids: list[int], out: Path):
+        self.pids = pids
+        self.out = out
+        self.procs: list[subprocess.Popen] = []
+
+    @staticmethod
+    def available() -> bool:
+        return shutil.which("py-spy") is not None
+
+    def start(self) -> None:
+        for pid in self.pids:
+            self.procs.append(subprocess.Popen(
+                ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--full-filenames", "--nonblocking",
+                 "--rate", str(RATE), "--output", str(self.out / f"profile-{pid}.txt")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def stop(self) -> list[Counter]:
+        for p in self.procs:
+            p.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        for p in self.procs:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        return [categorize((self.out / f"profile-{pid}.txt").read_text(errors="replace"))
+                for pid in self.pids if (self.out / f"profile-{pid}.txt").exists()]
+
+
+def categorize(raw: str) -> Counter:
+    """Samples per category from py-spy's raw output (``frame;frame;...;frame count`` per line)."""
+    out: Counter = Counter()
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        out[category(stack.split(";"))] += int(count)
+    return out
+
+
+def category(frames: list[str]) -> str:
+    if any("/stream_dedup/core/" in f for f in frames):
+        return CORE
+    for frame in reversed(frames):  # innermost first
+        if frame.startswith(RUNNERS):
+            return LOOP
+        for needle, name in PACKAGES:
+            if needle in frame:
+                return name
+    return LOOP
+
+
+def summary(counters: list[Counter], events: int) -> dict:
+    """Shares of CPU in use and CPU ms per event, by category, over all workers."""
+    total = Counter()
+    for c in counters:
+        total.update(c)
+    n = sum(total.values())
+    return {"samples": n, "rate_hz": RATE,
+            "cpu_ms_per_event": round(1000 * n / RATE / max(1, events), 2),
+            "by_category": {name: {"share": round(k / n, 3) if n else 0.0,
+                                   "cpu_ms_per_event": round(1000 * k / RATE / max(1, events), 3)}
+                            for name, k in total.most_common()}}
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK
+
+
+def machine_cpu_s() -> tuple[float, float]:
+    """(busy, idle) CPU seconds of the whole machine so far, all cores."""
+    vals = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = vals[3] + vals[4]  # idle + iowait
+    return (sum(vals[:8]) - idle) / CLOCK, idle / CLOCK
+
+
+class CpuMeter:
+    """Who used the machine's cores during the measured run: the workers, this benchmark's own
+    Kafka clients, and the rest (the broker, mostly), plus what stayed idle."""
+
+    def __init__(self, pids: list[int]):
+        self.pids = pids
+        self.start = self._now()
+
+    def _now(self) -> tuple:
+        return (time.monotonic(), [proc_cpu_s(p) for p in self.pids], sum(os.times()[:2]), *machine_cpu_s())
+
+    def stop(self) -> dict:
+        t1, w1, own1, busy1, idle1 = self._now()
+        t0, w0, own0, busy0, idle0 = self.start
+        wall = max(1e-9, t1 - t0)
+        workers = sum(w1) - sum(w0)
+        own = own1 - own0
+        busy = busy1 - busy0
+        return {"wall_s": round(wall, 2), "cores": os.cpu_count(),
+                "workers_cores": round(workers / wall, 2),
+                "per_worker_cores": [round((b - a) / wall, 2) for a, b in zip(w0, w1)],
+                "bench_client_cores": round(own / wall, 2),
+                "rest_cores": round(max(0.0, busy - workers - own) / wall, 2),
+                "idle_cores": round((idle1 - idle0) / wall, 2)}
