@@ -45,6 +45,9 @@ def main() -> None:
         parts.append(table.strip() + "\n")
         if (RESULTS / f"{name}.png").exists():
             parts.append(f"![{name}](results/{name}.png)\n")
+    targets = RESULTS.parent / "TARGETS.md"  # hand-written: which targets the tables meet, and why not
+    if targets.exists():
+        parts.append(targets.read_text(encoding="utf-8"))
     out = RESULTS.parent / "RESULTS.md"
     out.write_text("\n".join(parts), encoding="utf-8")
     print(f"wrote {out}")

@@ -56,7 +56,7 @@ def env_for(s, state: str) -> dict:
                 STREAM_DEDUP_TOPICS__UNIQUE=t.unique, STREAM_DEDUP_TOPICS__DUPLICATE=t.duplicate,
                 STREAM_DEDUP_TOPICS__INTERNAL_PREFIX=t.internal_prefix, STREAM_DEDUP_TOPICS__PARTITIONS=str(t.partitions),
                 STREAM_DEDUP_WORKER__APP_ID=s.worker.app_id, STREAM_DEDUP_WORKER__WEB_PORT="0",
-                STREAM_DEDUP_WORKER__STATE_DIR=state, STREAM_DEDUP_WORKER__LOG_LEVEL="WARNING")
+                STREAM_DEDUP_WORKER__STATE_DIR=state, STREAM_DEDUP_WORKER__LOG_LEVEL=os.environ.get("BENCH_WORKER_LOG_LEVEL", "WARNING"))
 
 
 def wait_until_stable(s, workers: int, timeout: float = 180) -> None:
@@ -183,6 +183,7 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
             result["profile"] = summary(profiled, len(events))
     finally:
         c.close()
+        exited = [pr.poll() for pr in procs]  # a worker that left early (e.g. the stall watchdog's 75)
         for pr in procs:
             pr.send_signal(signal.SIGTERM)
         for pr in procs:
@@ -194,7 +195,8 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
     logs = [(tmp / f"{prefix}-{i}.log").read_text(errors="replace") for i in range(workers)]
     result["worker_log"] = {"gap fills": sum(t.count("the stream skipped offsets") for t in logs),
                             "tail re-reads": sum(t.count("never reached the stream") for t in logs),
-                            "errors": sum(t.count("[ERROR]") for t in logs)}
+                            "errors": sum(t.count("[ERROR]") for t in logs),
+                            "exited early": sum(code is not None for code in exited)}
     return result
 
 
@@ -244,6 +246,10 @@ def main() -> None:
                              r["cpu"]["idle_cores"]])
                 print(rows[-1], "worker logs:", r.get("worker_log"), "cores per worker:",
                       r["cpu"]["per_worker_cores"], flush=True)
+                if (min(r["cpu"]["per_worker_cores"]) < 0.05 or r["worker_log"]["errors"]
+                        or r["worker_log"]["exited early"]):
+                    print("warning: in this run a worker did (almost) nothing, left early or logged an error; "
+                          "see worker_log and cpu in the JSON", flush=True)
     finally:
         if started:
             subprocess.run([str(REPO / "deploy/kafka/kafka.sh"), "stop"], env=dict(os.environ, KAFKA_PORT="19192"))
