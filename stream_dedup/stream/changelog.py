@@ -5,20 +5,24 @@ own (a ``FutureMessage`` through Faust's producer buffer, aiokafka's per-message
 delivery callback that writes the partition's persisted offset to RocksDB). An SMS makes about 8
 table writes and a news article 37, and in a profile of a two-worker SMS burst that per-message path
 was the largest part of a worker's CPU, five times what the core spends on the same SMS
-(bench/RESULTS.md, "Where the targets are missed").
+(bench/RESULTS.md, "Targets: met, missed, and why").
 
 Here a write goes to the partition's local RocksDB database at once (as Faust's does, so a read
 later in the batch sees it) and the changelog records wait in memory until the agent calls
-``send()`` once per batch: one Kafka record batch per changelog partition, built by aiokafka's C
-record builder, and one persisted-offset write per record batch when the broker acknowledges it.
+``send()`` once per batch. Then each record is appended straight to aiokafka's open producer batch
+for its partition (no Faust message, buffer or callback per record), and the persisted offset is
+written once per partition, when its last record is acknowledged. Not ``send_batch`` with a
+prepared record batch: that waits until the partition's previous batch has left, and aiokafka keeps
+one request in flight per broker, so the agent would wait for the broker on every batch.
+
 The records are the ones Faust would send (the table's changelog topic, the table partition,
 the key, the value or a tombstone for a delete), so Faust's recovery and standby replicas read them
 unchanged. The consumer's commit flushes the producer first (``Consumer.commit``), so a batch is
 never committed before its changelog records are on the broker.
 
-With ``processing_guarantee = exactly_once`` the writes keep Faust's path (``bulk=False``): there a
+With ``processing_guarantee = exactly_once`` the writes keep Faust's path (no ``producer``): there a
 changelog record must belong to the transaction of the partition it was written for, which Faust's
-per-message path arranges and a plain record batch would not.
+per-message path arranges and the plain producer would not.
 """
 from __future__ import annotations
 
