@@ -19,7 +19,7 @@ TITLES = {"quality": "Quality and speed vs peers (development benchmark)", "fing
 COMMANDS = {"quality": "python bench/quality.py", "fingerprint": "python bench/fingerprint.py",
             "scan_vs_jieba": "python bench/scan_vs_jieba.py", "index_scale": "python bench/index_scale.py",
             "kafka_e2e": "python bench/kafka_e2e.py", "html_quality": "python bench/html_quality.py",
-            "segmenters": "python bench/segmenters.py", "kafka_profile": "python bench/kafka_e2e.py --profile"}
+            "segmenters": "python bench/segmenters.py", "kafka_profile": "python bench/kafka_e2e.py"}
 
 
 def main() -> None:
@@ -35,7 +35,6 @@ def main() -> None:
         parts.append(f"## {TITLES.get(base, name)}{' (' + name + ')' if name != base else ''}\n")
         cmd = COMMANDS.get(base, name)
         if isinstance(data.get("args"), dict):  # show the flags it ran with
-            cmd = cmd.split(" --")[0]
             flags = [f"--{k.replace('_', '-')}" + ("" if v is True else
                                                    f" {' '.join(map(str, v)) if isinstance(v, list) else v}")
                      for k, v in data["args"].items() if v is not None and v is not False]

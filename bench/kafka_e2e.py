@@ -139,10 +139,11 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
                     arrivals.append(now)
 
         reader = threading.Thread(target=read)
-        profiler = Profiler([pr.pid for pr in procs], tmp) if profile else None
+        pids = [pr.pid for pr in procs]
+        profiler = Profiler(pids, tmp) if profile else None
         if profiler is not None:
             profiler.start()
-        meter = CpuMeter([pr.pid for pr in procs])
+        meter = CpuMeter(pids)
         reader.start()
         t0 = time.time()
         for i, e in enumerate(events):

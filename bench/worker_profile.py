@@ -25,7 +25,6 @@ PACKAGES = [
     ("/aiokafka/", "Kafka client (aiokafka)"),
     ("/faust/", "Faust and mode (streams, tables, agents)"),
     ("/mode/", "Faust and mode (streams, tables, agents)"),
-    ("/stream_dedup/stream/", "worker driver (stream_dedup/stream)"),
     ("/stream_dedup/", "worker driver (stream_dedup/stream)"),
     ("/site-packages/", "other libraries"),
 ]

@@ -49,7 +49,6 @@ class TableMapping(MutableMapping):
         self.table = table
         self.producer = producer
         self.queued: dict[int, list[tuple[bytes, bytes | None]]] = {}  # table partition -> changelog records
-        self.sent_records = 0
 
     @staticmethod
     def _partition() -> int:
@@ -58,8 +57,8 @@ class TableMapping(MutableMapping):
             raise RuntimeError("a table is read or written only while processing an event of its partition")
         return event.message.partition
 
-    def _db(self) -> Any:
-        return self.table.data._db_for_partition(self._partition())
+    def _db(self, partition: int) -> Any:
+        return self.table.data._db_for_partition(partition)
 
     def __getitem__(self, key: bytes) -> bytes:
         value = self.get(key)
@@ -70,7 +69,7 @@ class TableMapping(MutableMapping):
     def get(self, key: bytes, default: Any = None) -> Any:
         if self.producer is None:
             return self.table.get(key, default)
-        value = self._db().get(key)
+        value = self._db(self._partition()).get(key)
         return default if value is None else value
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
@@ -78,7 +77,7 @@ class TableMapping(MutableMapping):
             self.table[key] = value
             return
         part = self._partition()
-        self.table.data._db_for_partition(part).put(key, value)
+        self._db(part).put(key, value)
         self.queued.setdefault(part, []).append((key, value))
 
     def __delitem__(self, key: bytes) -> None:
@@ -86,7 +85,7 @@ class TableMapping(MutableMapping):
             del self.table[key]
             return
         part = self._partition()
-        db = self.table.data._db_for_partition(part)
+        db = self._db(part)
         if db.get(key) is None:
             raise KeyError(key)
         db.delete(key)
@@ -103,8 +102,7 @@ class TableMapping(MutableMapping):
 
         Uses the rocksdict store's per-partition database; Faust's own bookkeeping keys are skipped.
         """
-        db = self.table.data._db_for_partition(partition)
-        for k, v in db.items():
+        for k, v in self._db(partition).items():
             if not k.startswith(b"__faust"):
                 yield k, v
 
@@ -135,7 +133,6 @@ class TableMapping(MutableMapping):
             if fut is not None:
                 fut.add_done_callback(partial(self._delivered, TP(topic, part)))
             n += len(records)
-        self.sent_records += n
         return n
 
     def _delivered(self, tp: TP, fut: asyncio.Future) -> None:
