@@ -147,11 +147,15 @@ class WorkerSettings(_Section):
                                   "(faster fail-over, more changelog reading); like Kafka Streams, 0 by default")
     stall_timeout_s: float = Field(120.0, ge=0, description="exit (code 75) for the supervisor to restart the worker "
                                    "when an assigned partition has lag and no progress this long; 0 disables")
+    stall_nudge_s: float = Field(20.0, ge=0, description="before that restart: resume and re-seek a partition "
+                                 "that has had lag and no progress this long (once per stall); 0 disables")
     batch_max: int = Field(256, ge=1, le=10_000, description="most messages an agent takes from its stream at once "
                            "(one batch: one message per destination partition, one state write per key)")
     inject_delay: str = Field("", pattern=r"^$|^(prepare|exact|index|decide):[0-9.]+:[0-9.]+$",
                               description="fault injection for tests: 'stage:seconds:for_s' sleeps that long per item "
                               "in that stage during the first for_s seconds after start (a slow consumer)")
+    inject_stall: bool = Field(False, description="fault injection for tests: after its first batch of page events "
+                               "the worker leaves its pages partitions out of Faust's fetch set (a stalled partition)")
     batch_within_s: float = Field(0.02, gt=0, le=10, description="longest an agent waits to fill a batch (adds up to "
                                   "4x this to a verdict's latency at low rates)")
     state_ttl_s: int = Field(0, ge=0, description="seconds a table entry lives without a rewrite (RocksDB TTL, applied "

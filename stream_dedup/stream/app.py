@@ -161,7 +161,7 @@ def build_app(settings: Settings) -> faust.App:
     index_stage.index.observe = metrics.bucket_bytes.observe
     stall_state: dict[str, Any] = {"stalled": None}
     pending: dict[str, tuple[float, int]] = {}  # doc id -> (first seen, answers partition)
-    stalls = StallDetector(w.stall_timeout_s)
+    stalls = StallDetector(w.stall_timeout_s, nudge_s=w.stall_nudge_s)
 
     def filled(topic_name: str, k: int) -> None:
         counts["gap.refetched"] += k
@@ -360,6 +360,10 @@ def build_app(settings: Settings) -> faust.App:
                 out.setdefault((fingerprints, digest_partition(p.digest, n)), []).append(p.to_bytes())
             if await send_batches(out) is None:
                 return hold(batch)
+            if w.inject_stall and not counts["injected_stalls"]:
+                # a partition assigned and never fetched again (faust-streaming #175), on purpose
+                counts["injected_stalls"] += 1
+                app.consumer.pause_partitions({tp for tp in app.consumer.assignment() if tp.topic == pages.get_topic_name()})
 
     @app.agent(fingerprints)
     async def exact(stream):
@@ -494,9 +498,31 @@ def build_app(settings: Settings) -> faust.App:
         metrics.assigned.set(len(tps))
         stalled = stalls.observe(now, positions, {tp for tp in tps if (tp.topic, tp.partition) in worked})
         worked.clear()
+        for tp in stalls.to_nudge(now):
+            await nudge(tp, positions[tp][0])
         if stalled:
             stall_exit("; ".join(f"{tp.topic}[{tp.partition}] lag {lag}, no progress for {idle:.0f} s"
                                  for tp, lag, idle in stalled))
+
+    async def nudge(tp: TP, pos: int | None) -> None:
+        """The first remedy for a stalled partition (see ``watchdog``): put it back in Faust's fetch
+        set and seek it to the first offset not yet processed here. Idempotent stages make a
+        re-read harmless; the log line records which of Faust's sets held the partition."""
+        consumer = app.consumer
+        last = gaps.tracker.last.get((tp.topic, tp.partition)) if gaps is not None else None
+        known = [x for x in (pos, None if last is None else last + 1, consumer._committed_offset.get(tp))
+                 if x is not None]
+        target = min(known) if known else None
+        view = {"active": tp in consumer._get_active_partitions(), "paused": tp in consumer._paused_partitions,
+                "buffer_full": tp in consumer._buffered_partitions, "flow": consumer.flow_active,
+                "read": consumer._read_offset.get(tp)}
+        log.warning("%s[%d]: lag and no progress for over %.0f s (consumer: %s); resuming it and seeking to %s",
+                    tp.topic, tp.partition, w.stall_nudge_s, view, target)
+        counts["stall.nudges"] += 1
+        consumer._buffered_partitions.discard(tp)
+        consumer.resume_partitions({tp})
+        if target is not None:
+            await consumer.seek(tp, target)
 
     def stall_exit(why: str) -> None:
         stall_state["stalled"] = why

@@ -9,6 +9,11 @@ committed offsets. So the worker watches its own partitions and, when one has ha
 progress for ``stall_timeout_s``, it logs why and exits with ``EXIT_STALLED`` so that Kubernetes,
 docker compose (``restart: unless-stopped``) or the test harness restarts it.
 
+A restart costs the whole group a rebalance and that partition two minutes, so a cheaper step
+comes first: after ``nudge_s`` without progress the worker resumes the partition in Faust's fetch
+set (where it may have been left paused or marked as buffer-full) and seeks it to its position,
+once per stall, logging the consumer's view of the partition. The restart stays the last resort.
+
 The detector is pure (no Faust import) so that its rule is unit-tested on its own.
 """
 from __future__ import annotations
@@ -22,6 +27,7 @@ EXIT_STALLED = 75  # EX_TEMPFAIL: "try again", which is what a restart does
 class _Seen:
     offset: int | None
     since: float
+    nudged: bool = False
 
 
 @dataclass
@@ -29,12 +35,13 @@ class StallDetector:
     """Per partition: the read offset and when it last changed; stalled = lag > 0 and no change for long."""
 
     timeout_s: float
+    nudge_s: float = 0.0  # 0: no nudge, only the restart
     seen: dict[object, _Seen] = field(default_factory=dict)
 
     def reset(self, now: float) -> None:
         """Forget progress history (after a rebalance: every partition gets a fresh grace period)."""
         for s in self.seen.values():
-            s.since = now
+            s.since, s.nudged = now, False
 
     def observe(self, now: float, positions: dict[object, tuple[int | None, int | None]],
                 worked: frozenset | set = frozenset()) -> list[tuple[object, int, float]]:
@@ -55,12 +62,24 @@ class StallDetector:
                 continue
             lag = (end or 0) - (pos or 0)
             if lag <= 0:
-                s.since = now
+                s.since, s.nudged = now, False
                 continue
             idle = now - s.since
             if idle >= self.timeout_s:
                 stalled.append((tp, lag, idle))
         return stalled
+
+    def to_nudge(self, now: float) -> list[object]:
+        """Partitions that have had lag and no progress for ``nudge_s`` (as of the last ``observe``),
+        each once per stall: a nudge that works shows as progress, which starts a new episode."""
+        if not self.nudge_s:
+            return []
+        out = []
+        for tp, s in self.seen.items():
+            if not s.nudged and now - s.since >= self.nudge_s and (self.timeout_s == 0 or now - s.since < self.timeout_s):
+                s.nudged = True
+                out.append(tp)
+        return out
 
 
 # Faust's own check (verify_event_path) of the partitions it consumes, in the two forms that name

@@ -176,3 +176,36 @@ def test_nasty_input_through_a_worker_ends_in_verdicts_or_dead_letters(kafka_set
     assert all(r["reason"] and r["original_b64"] is not None for r in d)
     reasons = {r["reason"] for r in d}
     assert {"not_json", "bad_utf8", "html_too_deep", "bad_id", "empty_text"} <= reasons, reasons
+
+
+def test_a_stalled_pages_partition_is_nudged_back_without_a_restart(kafka_settings, tmp_path):
+    """A partition that Faust leaves out of its fetches (faust-streaming #175, seen here in about one
+    benchmark run in seven after the group's first rebalance) used to wait for the stall watchdog's
+    restart. ``worker.inject_stall`` pauses the worker's pages partitions after its first batch;
+    the events after that must still get their verdicts, from the same process, well before the
+    restart would come, through the nudge (resume and seek)."""
+    shared_data("news/thucnews_1000.jsonl")
+    events = labelled_stream(tmp_path, n_news=40, n_sms=160)
+    kafka_settings.topics.partitions = 2
+    apply(kafka_settings)
+    workers = Workers(kafka_settings, tmp_path)
+    first, rest = events[:20], events[20:]
+    try:
+        proc = workers.start("w0", STREAM_DEDUP_WORKER__INJECT_STALL="true", STREAM_DEDUP_WORKER__STALL_NUDGE_S="5",
+                             STREAM_DEDUP_WORKER__STALL_TIMEOUT_S="300")
+        produce_events(kafka_settings, first)
+        read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(first),
+                 timeout=300)
+        t0 = time.time()
+        produce_events(kafka_settings, rest)
+        got = latest(read_all(kafka_settings, kafka_settings.topics.verdicts,
+                              until=lambda ms: len(latest(ms)) >= len(events), timeout=200))
+        waited = time.time() - t0
+        assert proc.poll() is None and not workers.restarts, workers.logs()
+    finally:
+        workers.stop_all()
+    log = (tmp_path / "w0.log").read_text(errors="replace")
+    assert len(got) == len(events), workers.logs()
+    assert "resuming it and seeking" in log, workers.logs()
+    assert "'paused': True" in log, workers.logs()  # the nudge found the partition where the fault put it
+    assert waited < 120, f"verdicts took {waited:.0f} s"

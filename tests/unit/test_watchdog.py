@@ -292,3 +292,33 @@ def test_tail_watch_ignores_a_read_offset_set_by_a_seek_when_nothing_is_there_to
     tr.gap("pages", 3, 9)
     assert tw.check(tr, {("pages", 3): (10, 6, 11)}, idle={"pages"}) == []
     assert tw.check(tr, {("pages", 3): (10, 6, 11)}, idle={"pages"}) == [("pages", 3, 10)]  # one dropped
+
+
+def test_a_stalled_partition_is_nudged_once_before_the_restart():
+    d = StallDetector(timeout_s=120, nudge_s=20)
+    d.observe(0, {"a": (10, 50), "b": (5, 5), "c": (3, 9)})
+    d.observe(10, {"a": (10, 50), "b": (5, 5), "c": (4, 9)})  # c reads on
+    assert d.to_nudge(10) == []
+    d.observe(21, {"a": (10, 50), "b": (5, 5), "c": (5, 9)})
+    assert d.to_nudge(21) == ["a"]  # lag, no progress for 21 s; b has no lag, c progresses
+    d.observe(31, {"a": (10, 50), "b": (5, 5), "c": (6, 9)})
+    assert d.to_nudge(31) == []  # once per stall
+    d.observe(41, {"a": (12, 50), "b": (5, 5), "c": (7, 9)})  # the nudge worked: a new episode
+    d.observe(62, {"a": (12, 50), "b": (5, 5), "c": (8, 9)})
+    assert d.to_nudge(62) == ["a"]
+    assert d.observe(200, {"a": (12, 50)}) != []  # a nudge that did not help still ends in the restart
+    assert d.to_nudge(200) == []  # past the timeout: the restart, not another nudge
+
+
+def test_no_nudge_when_turned_off_or_after_a_rebalance():
+    d = StallDetector(timeout_s=120)
+    d.observe(0, {"a": (10, 50)})
+    d.observe(60, {"a": (10, 50)})
+    assert d.to_nudge(60) == []
+    d = StallDetector(timeout_s=120, nudge_s=20)
+    d.observe(0, {"a": (10, 50)})
+    d.reset(15)
+    d.observe(30, {"a": (10, 50)})
+    assert d.to_nudge(30) == []  # 15 s since the rebalance
+    d.observe(36, {"a": (10, 50)})
+    assert d.to_nudge(36) == ["a"]
