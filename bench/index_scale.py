@@ -3,7 +3,7 @@
     python bench/index_scale.py [--sizes 10000 100000 1000000] [--sample 2000]
 
 Synthetic SimHash fingerprints (random 64-bit values; every 10th a near copy of an earlier one)
-go through the same code as the workers: BucketIndex.probe then insert over RocksDB, window wider
+go through the same code as the workers: BucketIndex.probe_insert over RocksDB, window wider
 than the run, once with 4x16 bands (4 keys of 16 bits: buckets fill up as the index grows) and once
 with 5c2 (10 keys of 26 bits: buckets stay nearly empty at 1M). At each size, --sample more documents are timed (probe + insert) and
 the process RSS and the RocksDB folder size are read. A PNG plot of µs/doc against index size is
@@ -68,8 +68,7 @@ def run(style: str, sizes: list[int], sample: int) -> list[dict]:
             fps.append(fp)
         payload = fp.to_bytes(8, "big")
         keys = scheme.keys(fp)
-        idx.probe(1, f"d{n}", n, payload, keys, verify)
-        idx.insert(1, f"d{n}", n, payload, keys)
+        idx.probe_insert(1, f"d{n}", n, payload, keys, verify)
         n += 1
 
     out = []

@@ -288,7 +288,7 @@ class IndexStage:
             det = self.by_code.get(code)
             if det is None:
                 raise ValueError(f"probe for detector code {code} that this worker does not run")
-            res = self.index.probe(code, probe.id, probe.ts, payload, keys, det.verify, late=late)
+            res = self.index.probe_insert(code, probe.id, probe.ts, payload, keys, det.verify, late=late)
             self.candidates += res.candidates
             if res.earliest is not None:
                 f = res.earliest
@@ -300,7 +300,6 @@ class IndexStage:
                 msgs.append(ToDecide("offer", f.id, f.ts, Candidate(probe.ts, probe.id, "near", det.name,
                                                                      round(f.match.similarity, 4), f.match.distance,
                                                                      self.priority[code])))
-            self.index.insert(code, probe.id, probe.ts, payload, keys)
         msgs.insert(0, ToDecide("answer", probe.id, probe.ts, best, part=probe.partition))
         return msgs
 

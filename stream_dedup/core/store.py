@@ -39,6 +39,10 @@ class KVStore(MutableMapping):
         v = self._db.get(key)
         return default if v is None else v
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """One RocksDB MultiGet (see ``BucketIndex.read``)."""
+        return self._db.get(keys)
+
     def __setitem__(self, key: bytes, value: bytes) -> None:
         self._db.put(key, value)
 

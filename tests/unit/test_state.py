@@ -102,6 +102,29 @@ def test_index_insert_is_idempotent_and_buckets_are_bounded(tmp_path):
     assert len(kept) == 10 and kept[0][1] == "a"  # the earliest entries stay
 
 
+def test_probe_insert_equals_probe_then_insert_over_rocksdb_and_a_dict(tmp_path):
+    """One read per bucket must answer and store exactly what a probe then an insert do, with
+    RocksDB's multi-get (KVStore.get_many) and with a plain mapping (the workers' tables)."""
+    import random
+
+    rng = random.Random(8)
+    docs = [(f"d{i}", rng.randrange(0, 10_000), rng.choice([b"P", b"Q", b"R", bytes(250)]),
+             tuple(rng.sample(range(12), 3))) for i in range(400)]
+    docs.append(docs[5])  # a replay
+    for one_read in (KVStore(tmp_path / "a"), {}):
+        two = KVStore(tmp_path / f"two-{type(one_read).__name__}")
+        a, b = BucketIndex(one_read, window=3_000, max_bucket=6), BucketIndex(two, window=3_000, max_bucket=6)
+        found = 0
+        for ident, ts, payload, keys in docs:
+            ra = a.probe_insert(2, ident, ts, payload, keys, same)
+            rb = b.probe(2, ident, ts, payload, keys, same)
+            b.insert(2, ident, ts, payload, keys)
+            assert (ra.earliest, ra.later, ra.candidates) == (rb.earliest, rb.later, rb.candidates)
+            found += ra.earliest is not None
+        assert dict(one_read.items()) == dict(two.items())
+        assert found > 50 and any(k[:1] == b"P" for k in two)
+
+
 def test_exact_store_answers_the_earliest_whatever_the_order(tmp_path):
     ex = ExactStore(KVStore(tmp_path / "e"), W, bloom_capacity=1000)
     d = b"\x01" * 16
