@@ -171,6 +171,9 @@ class WorkerSettings(_Section):
     malloc_arena_max: int = Field(2, ge=0, le=64, description="glibc malloc arenas of the worker process (set at "
                                   "start); fewer arenas fragment less across RocksDB's and Kafka's threads; 0: glibc's "
                                   "default (8 per core)")
+    fetch_max_wait_ms: int = Field(100, ge=0, le=30_000, description="longest the broker holds the worker's "
+                                   "fetch when no new data is there (Faust fixes 1500; one fetch is in flight per "
+                                   "broker, so this bounds how long new data for a stage can wait to be fetched)")
     producer_linger_ms: float = Field(5.0, ge=0, le=1000, description="how long the worker's Kafka producer "
                                       "waits to fill a request: every event makes a dozen or more messages "
                                       "(changelogs, internal topics, verdicts), and one request per message cost "

@@ -1,0 +1,23 @@
+"""The worker's consumer long-polls the broker for ``worker.fetch_max_wait_ms``, not Faust's fixed 1,500 ms
+(see ``stream.app._fetch_wait_from_settings`` for why). No broker: the consumer is built, never started."""
+import asyncio
+
+from stream_dedup.config import load_settings
+from stream_dedup.stream.app import build_app
+
+
+def consumer_wait_ms(tmp_path, **env: str) -> int:
+    settings = load_settings(None, environ={"STREAM_DEDUP_WORKER__STATE_DIR": str(tmp_path / "state"), **env})
+    app = build_app(settings)
+
+    async def build() -> int:
+        consumer = app.consumer._thread._create_worker_consumer(app.consumer.transport)
+        return consumer._fetch_max_wait_ms
+
+    return asyncio.run(build())
+
+
+def test_worker_consumer_fetch_wait_follows_the_setting(tmp_path):
+    assert consumer_wait_ms(tmp_path) == 100
+    assert consumer_wait_ms(tmp_path, STREAM_DEDUP_WORKER__FETCH_MAX_WAIT_MS="1500") == 1500
+    assert consumer_wait_ms(tmp_path, STREAM_DEDUP_WORKER__FETCH_MAX_WAIT_MS="40") == 40
