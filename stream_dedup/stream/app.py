@@ -395,7 +395,8 @@ def build_app(settings: Settings) -> faust.App:
             if w.inject_stall and not counts["injected_stalls"]:
                 # a partition assigned and never fetched again (faust-streaming #175), on purpose
                 counts["injected_stalls"] += 1
-                app.consumer.pause_partitions({tp for tp in app.consumer.assignment() if tp.topic == pages.get_topic_name()})
+                app.consumer.pause_partitions({tp for tp in app.consumer.assignment()
+                                               if tp.topic == pages.get_topic_name()})
 
     @app.agent(fingerprints)
     async def exact(stream):
@@ -517,7 +518,7 @@ def build_app(settings: Settings) -> faust.App:
         rebalancing_since.clear()
         consumer = app.consumer
         tps = [tp for tp in consumer.assignment() if tp.topic in stream_topics]
-        if not tps or not w.stall_timeout_s:
+        if not tps or not (w.stall_timeout_s or w.stall_nudge_s):
             return
         ends = await consumer.highwaters(*tps)
         positions = {}

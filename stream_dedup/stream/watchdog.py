@@ -65,7 +65,7 @@ class StallDetector:
                 s.since, s.nudged = now, False
                 continue
             idle = now - s.since
-            if idle >= self.timeout_s:
+            if self.timeout_s and idle >= self.timeout_s:
                 stalled.append((tp, lag, idle))
         return stalled
 
@@ -76,7 +76,8 @@ class StallDetector:
             return []
         out = []
         for tp, s in self.seen.items():
-            if not s.nudged and now - s.since >= self.nudge_s and (self.timeout_s == 0 or now - s.since < self.timeout_s):
+            idle = now - s.since
+            if not s.nudged and idle >= self.nudge_s and (not self.timeout_s or idle < self.timeout_s):
                 s.nudged = True
                 out.append(tp)
         return out

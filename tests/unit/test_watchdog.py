@@ -310,6 +310,13 @@ def test_a_stalled_partition_is_nudged_once_before_the_restart():
     assert d.to_nudge(200) == []  # past the timeout: the restart, not another nudge
 
 
+def test_nudges_without_restarts():
+    d = StallDetector(timeout_s=0, nudge_s=20)
+    assert d.observe(0, {"a": (10, 50)}) == []
+    assert d.observe(500, {"a": (10, 50)}) == []  # restarts turned off
+    assert d.to_nudge(500) == ["a"]
+
+
 def test_no_nudge_when_turned_off_or_after_a_rebalance():
     d = StallDetector(timeout_s=120)
     d.observe(0, {"a": (10, 50)})
