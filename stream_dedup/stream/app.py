@@ -543,7 +543,7 @@ def build_app(settings: Settings) -> faust.App:
         re-read harmless; the log line records which of Faust's sets held the partition."""
         consumer = app.consumer
         last = gaps.tracker.last.get((tp.topic, tp.partition)) if gaps is not None else None
-        known = [x for x in (pos, None if last is None else last + 1, consumer._committed_offset.get(tp))
+        known = [x for x in (pos, None if last is None else last + 1, committed_offset(tp.topic, tp.partition))
                  if x is not None]
         target = min(known) if known else None
         view = {"active": tp in consumer._get_active_partitions(), "paused": tp in consumer._paused_partitions,
@@ -552,7 +552,7 @@ def build_app(settings: Settings) -> faust.App:
         log.warning("%s[%d]: lag and no progress for over %.0f s (consumer: %s); resuming it and seeking to %s",
                     tp.topic, tp.partition, w.stall_nudge_s, view, target)
         counts["stall.nudges"] += 1
-        consumer._buffered_partitions.discard(tp)
+        consumer.on_buffer_drop(tp)  # Faust's own way back from its buffer-full set
         consumer.resume_partitions({tp})
         if target is not None:
             await consumer.seek(tp, target)
