@@ -106,11 +106,15 @@ def test_aiokafka_speaks_to_the_pinned_broker(kafka_settings, unique_name):
 
 
 def _start_faust(env: dict[str, str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(HERE / "faust_counter_app.py"), "worker", "-l", "warn"],
-                            env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+    # --without-web: Faust's `worker` command turns the web server on whatever the app's web_enabled
+    # says, and a second process on port 6066 (a stream-dedup worker of another test, or a parallel
+    # run) then stops this worker at start-up, after its table recovery: no output, or a replay
+    return subprocess.Popen([sys.executable, str(HERE / "faust_counter_app.py"), "worker", "--without-web",
+                             "-l", "info"], env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
 
 
-def _read_counts(settings, topic: str, want: int, timeout: float = 90) -> dict[str, int]:
+def _read_counts(settings, topic: str, want: int, worker: subprocess.Popen, log: Path,
+                 timeout: float = 90) -> dict[str, int]:
     c = consumer(settings, f"reader-{time.time_ns()}")
     c.subscribe([topic])
     latest: dict[str, int] = {}
@@ -118,6 +122,8 @@ def _read_counts(settings, topic: str, want: int, timeout: float = 90) -> dict[s
     deadline = time.time() + timeout
     try:
         while seen < want and time.time() < deadline:
+            if worker.poll() is not None:  # it died: what it wrote has come within a few seconds
+                deadline = min(deadline, time.time() + 5)
             m = c.poll(0.5)
             if m is None or m.error():
                 continue
@@ -126,7 +132,8 @@ def _read_counts(settings, topic: str, want: int, timeout: float = 90) -> dict[s
             latest[v["key"]] = max(latest.get(v["key"], 0), v["count"])
     finally:
         c.close()
-    assert seen >= want, f"only {seen} of {want} outputs arrived"
+    assert seen >= want, (f"only {seen} of {want} outputs arrived (worker exit code {worker.poll()}):\n"
+                          + log.read_text(errors="replace")[-3000:])
     return latest
 
 
@@ -145,7 +152,7 @@ def test_faust_rocksdict_table_survives_restart_from_changelog(kafka_settings, u
 
     w = _start_faust(env, tmp_path / "w1.log")
     try:
-        first = _read_counts(kafka_settings, f"{unique_name}-out", sum(plan.values()))
+        first = _read_counts(kafka_settings, f"{unique_name}-out", sum(plan.values()), w, tmp_path / "w1.log")
     finally:
         w.send_signal(signal.SIGTERM)
         w.wait(60)
@@ -158,7 +165,8 @@ def test_faust_rocksdict_table_survives_restart_from_changelog(kafka_settings, u
     assert p.flush(30) == 0
     w = _start_faust(env, tmp_path / "w2.log")
     try:
-        after = _read_counts(kafka_settings, f"{unique_name}-out", sum(plan.values()) + len(plan))
+        after = _read_counts(kafka_settings, f"{unique_name}-out", sum(plan.values()) + len(plan), w,
+                             tmp_path / "w2.log")
     finally:
         w.send_signal(signal.SIGTERM)
         w.wait(60)
