@@ -98,17 +98,18 @@ def warm_up(s, p, c, workers: int, tmp: Path, prefix: str, n: int = 60) -> None:
         raise RuntimeError(f"workers did not answer {len(ids)} warm-up event(s):\n{logs}")
 
 
-def internal_totals(c, prefix: str) -> dict[str, int]:
+def internal_totals(c, prefix: str, partitions: int) -> dict[str, int]:
     from confluent_kafka import TopicPartition
 
     return {name: sum(c.get_watermark_offsets(TopicPartition(f"{prefix}.{name}", part), timeout=10)[1]
-                      for part in range(6))
+                      for part in range(partitions))
             for name in ("fingerprints", "probes", "answers", "exact-changelog", "index-changelog", "decide-changelog")}
 
 
-def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, profile: bool = False) -> dict:
+def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, profile: bool = False,
+            partitions: int = 6) -> dict:
     prefix = f"bench{uuid.uuid4().hex[:8]}"
-    s = settings_for(prefix, partitions=6)
+    s = settings_for(prefix, partitions=partitions)
     apply(s)
     procs = [subprocess.Popen([sys.executable, "-m", "stream_dedup.cli", "worker"], env=env_for(s, str(tmp / f"{prefix}-{i}")),
                               stdout=open(tmp / f"{prefix}-{i}.log", "wb"), stderr=subprocess.STDOUT, cwd=REPO)
@@ -119,7 +120,7 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
     try:
         wait_until_stable(s, workers)
         warm_up(s, p, c, workers, tmp, prefix)
-        before = internal_totals(c, prefix)  # the run's own messages per event, without the warm-up's
+        before = internal_totals(c, prefix, partitions)  # the run's own messages per event, without the warm-up's
         sent_at: dict[str, float] = {}
         lat: dict[str, float] = {}
         arrivals: list[float] = []
@@ -162,7 +163,7 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
         profiled = profiler.stop() if profiler is not None else None
         last = max(arrivals) if arrivals else time.time()
         vals = sorted(lat.values())
-        after = internal_totals(c, prefix)
+        after = internal_totals(c, prefix, partitions)
         per_event = {name: round((after[name] - before[name]) / len(events), 2) for name in after}
         # where the tail sits: p50/p99 per tenth of the run (by send time)
         by_send = sorted((sent_at[i] - t0, v) for i, v in lat.items())
@@ -216,6 +217,7 @@ def main() -> None:
     ap.add_argument("--kinds", nargs="+", default=["sms", "news"])
     ap.add_argument("--rate", type=float, default=None)
     ap.add_argument("--profile", action="store_true", help="sample the workers with py-spy (bench extra)")
+    ap.add_argument("--partitions", type=int, default=6, help="of pages and every internal topic")
     a = ap.parse_args()
     if a.profile and not Profiler.available():
         ap.error("--profile needs py-spy: pip install -e '.[bench]'")
@@ -234,7 +236,7 @@ def main() -> None:
             events = read_jsonl(ds / f"{kind}.jsonl", a.events)
             scan_rate = embedded(events)
             for w in a.workers:
-                r = run_one(events, w, a.rate, tmp, a.profile)
+                r = run_one(events, w, a.rate, tmp, a.profile, a.partitions)
                 r.update(kind=kind, workers=w, scan_events_per_s=round(scan_rate, 1),
                          ratio_to_scan=round(r["events_per_s"] / scan_rate, 3), rate=a.rate)
                 results.append(r)
@@ -258,7 +260,8 @@ def main() -> None:
     text = table(["kind", "workers", "events", "answered", "events/s", "latency p50 ms", "latency p99 ms",
                   "scan events/s", "kafka/scan", "internal msgs/event", "changelog msgs/event",
                   "cores: workers", "broker+rest", "bench client", "idle"], rows)
-    name = ("kafka_profile" if a.profile else "kafka_e2e") + (f"_rate{int(a.rate)}" if a.rate else "")
+    name = (("kafka_profile" if a.profile else "kafka_e2e") + (f"_rate{int(a.rate)}" if a.rate else "")
+            + (f"_p{a.partitions}" if a.partitions != 6 else ""))
     if a.profile:
         text += "\n\nWhere the workers' CPU went (py-spy, all workers together; shares of CPU in use):\n\n" + table(
             ["kind", "workers", "category", "share of CPU", "CPU ms/event"],

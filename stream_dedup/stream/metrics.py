@@ -8,6 +8,7 @@ values after a real run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -21,6 +22,7 @@ class Metrics:
 
     def __post_init__(self) -> None:
         r = self.registry
+        self._children: dict[tuple, Any] = {}
         self.events_in = Counter("stream_dedup_events_in", "page events read from the input topic", registry=r)
         self.verdicts = Counter("stream_dedup_verdicts", "verdicts emitted (revisions included)",
                                 ["verdict", "match", "detector"], registry=r)
@@ -56,6 +58,22 @@ class Metrics:
         self.assigned = Gauge("stream_dedup_assigned_partitions", "partitions of stream topics this worker owns",
                               registry=r)
         self.up = Gauge("stream_dedup_worker_ready", "1 when the worker processes (not rebalancing)", registry=r)
+
+    def stage(self, name: str) -> Any:
+        """The histogram child of one stage, looked up once: ``labels()`` takes a lock and builds its
+        key on every call, and the agents observe once per message."""
+        child = self._children.get(("stage", name))
+        if child is None:
+            child = self._children[("stage", name)] = self.stage_seconds.labels(name)
+        return child
+
+    def verdict(self, verdict: str, match: str, detector: str) -> Any:
+        """The counter child of one kind of verdict, looked up once (see ``stage``)."""
+        key = ("verdict", verdict, match, detector)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.verdicts.labels(verdict, match, detector)
+        return child
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
