@@ -6,7 +6,8 @@ Synthetic SimHash fingerprints (random 64-bit values; every 10th a near copy of 
 go through the same code as the workers: BucketIndex.probe_insert over RocksDB, window wider
 than the run, once with 4x16 bands (4 keys of 16 bits: buckets fill up as the index grows) and once
 with 5c2 (10 keys of 26 bits: buckets stay nearly empty at 1M). At each size, --sample more documents are timed (probe + insert) and
-the process RSS and the RocksDB folder size are read. A PNG plot of µs/doc against index size is
+the process RSS and the RocksDB folder size are read; the µs/doc is the median of --chunks timed
+chunks of the sample. A PNG plot of µs/doc against index size is
 written next to the table when matplotlib is installed.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import random
 import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -46,8 +48,9 @@ def verify(a: bytes, b: bytes):
     return Match(1 - d / 64, d) if d <= 3 else None
 
 
-def run(style: str, sizes: list[int], sample: int) -> list[dict]:
-    """Grow one index to each size in turn; time ``sample`` more documents at each."""
+def run(style: str, sizes: list[int], sample: int, chunks: int = 5) -> list[dict]:
+    """Grow one index to each size in turn; time ``sample`` more documents at each, in ``chunks``
+    timed chunks, and keep the median chunk's µs per document."""
     rng = random.Random(5)
     scheme = BandScheme.make(3, style)
     tmp = Path(tempfile.mkdtemp(prefix="bench-index-"))
@@ -76,10 +79,13 @@ def run(style: str, sizes: list[int], sample: int) -> list[dict]:
         for size in sorted(sizes):
             while n < size:
                 one()
-            t0 = time.perf_counter()
-            for _ in range(sample):
-                one()
-            us = (time.perf_counter() - t0) / sample * 1e6
+            per_chunk = []  # the sample in chunks; the median chunk (the machine is noisy)
+            for _ in range(chunks):
+                t0 = time.perf_counter()
+                for _ in range(sample // chunks):
+                    one()
+                per_chunk.append((time.perf_counter() - t0) / (sample // chunks) * 1e6)
+            us = statistics.median(per_chunk)
             r = {"style": style, "indexed": size, "us_per_doc": round(us, 1), "rss_mb": round(rss_mb(), 1),
                  "disk_mb": round(du_mb(tmp), 1)}
             out.append(r)
@@ -95,8 +101,9 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--sample", type=int, default=2000)
     ap.add_argument("--styles", nargs="+", default=["4x16", "5c2"], choices=["4x16", "5c2"])
+    ap.add_argument("--chunks", type=int, default=5, help="timed chunks of the sample; the median is reported")
     a = ap.parse_args()
-    results = {style: run(style, a.sizes, a.sample) for style in a.styles}
+    results = {style: run(style, a.sizes, a.sample, max(1, a.chunks)) for style in a.styles}
     rows = [[r["style"], r["indexed"], r["us_per_doc"], r["rss_mb"], r["disk_mb"]]
             for out in results.values() for r in out]
     ratios = {style: out[-1]["us_per_doc"] / out[0]["us_per_doc"] for style, out in results.items()}

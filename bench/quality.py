@@ -1,6 +1,6 @@
 """Quality and speed side by side on the development benchmark: this project vs peers' index loops.
 
-    python bench/quality.py [--sets news sms pairs]
+    python bench/quality.py [--sets news sms pairs] [--repeat 3]
 
 * ours: `stream-dedup scan` with the default configuration (start-up included), then `eval`; and
   the same with one detector alone (engine.detectors = [name]) for each detector.
@@ -9,7 +9,8 @@
   the earliest hit.
 * datasketch.MinHashLSH(threshold=0.7, num_perm=128) over 5-character shingles of the raw text,
   the same loop.
-Precision / recall / F1 come from the same `eval` for all three; docs/s is wall time over the set.
+Precision / recall / F1 come from the same `eval` for all three; docs/s is the median wall time over
+--repeat runs of each system (the verdicts are the same in every run).
 For pairs.jsonl (paraphrase questions, none of them duplicates of each other except repeated
 questions) the table also gives the share of reworded pairs flagged (bigram Jaccard < 0.5).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -86,6 +88,18 @@ def run_ours(path: Path, tmp: Path, detectors: str | None = None) -> tuple[list[
     return read_jsonl(out), time.perf_counter() - t0
 
 
+def timed(fn, docs: list[dict]) -> tuple[list[dict], float]:
+    t0 = time.perf_counter()
+    v = fn(docs)
+    return v, time.perf_counter() - t0
+
+
+def repeated(run, n: int) -> tuple[list[dict], float]:
+    """The verdicts of the last of n runs and the median of their wall times."""
+    results = [run() for _ in range(max(1, n))]
+    return results[-1][0], statistics.median(secs for _, secs in results)
+
+
 def reworded_flagged(verdicts: list[dict], labels: list[dict]) -> float | None:
     pairs = {l["pair"]: l["jaccard"] for l in labels if l.get("pair")}
     if not pairs:
@@ -100,6 +114,7 @@ def reworded_flagged(verdicts: list[dict], labels: list[dict]) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", nargs="+", default=["news", "sms", "pairs"])
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each system; docs/s is the median")
     ap.add_argument("--alone", nargs="*", default=ALONE, help="also run scan with only this detector (each)")
     a = ap.parse_args()
     need_shared()
@@ -110,13 +125,12 @@ def main() -> None:
         docs = read_jsonl(ds / f"{name}.jsonl")
         labels = read_jsonl(ds / f"{name}_labels.jsonl")
         runs = {}
-        runs["stream-dedup scan"] = run_ours(ds / f"{name}.jsonl", tmp)
+        runs["stream-dedup scan"] = repeated(lambda: run_ours(ds / f"{name}.jsonl", tmp), a.repeat)
         for det in a.alone:
-            runs[f"stream-dedup scan, {det} only"] = run_ours(ds / f"{name}.jsonl", tmp, det)
+            runs[f"stream-dedup scan, {det} only"] = repeated(lambda: run_ours(ds / f"{name}.jsonl", tmp, det),
+                                                              a.repeat)
         for peer, fn in [("simhash SimhashIndex k=3", run_simhash), ("datasketch MinHashLSH 0.7", run_minhash)]:
-            t0 = time.perf_counter()
-            v = fn(docs)
-            runs[peer] = (v, time.perf_counter() - t0)
+            runs[peer] = repeated(lambda: timed(fn, docs), a.repeat)
         best_peer = max(len(docs) / s for k, (_, s) in runs.items() if not k.startswith("stream-dedup"))
         for system, (verdicts, secs) in runs.items():
             rep = evaluate(verdicts, labels)
