@@ -109,8 +109,8 @@ _fetch_wait_from_settings()
 class _Under:
     """The context of ``under(event)`` in ``build_app``. A class rather than a
     ``contextlib.contextmanager`` generator: it is entered for every message and for every table
-    write of a batch (about 15 times per SMS), and the generator's set-up took about 2 % of a
-    worker's CPU in the SMS profile."""
+    write of a batch, and the generator's set-up took about 2 % of a worker's CPU in the SMS
+    profile."""
 
     __slots__ = ("event", "worked", "token")
 
