@@ -59,21 +59,22 @@ class Metrics:
                               registry=r)
         self.up = Gauge("stream_dedup_worker_ready", "1 when the worker processes (not rebalancing)", registry=r)
 
-    def stage(self, name: str) -> Any:
-        """The histogram child of one stage, looked up once: ``labels()`` takes a lock and builds its
-        key on every call, and the agents observe once per message."""
-        child = self._children.get(("stage", name))
-        if child is None:
-            child = self._children[("stage", name)] = self.stage_seconds.labels(name)
-        return child
-
-    def verdict(self, verdict: str, match: str, detector: str) -> Any:
-        """The counter child of one kind of verdict, looked up once (see ``stage``)."""
-        key = ("verdict", verdict, match, detector)
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once: ``labels()`` takes a lock and builds its key
+        on every call, and the agents call these once per message."""
+        key = (metric, *labels)
         child = self._children.get(key)
         if child is None:
-            child = self._children[key] = self.verdicts.labels(verdict, match, detector)
+            child = self._children[key] = metric.labels(*labels)
         return child
+
+    def stage(self, name: str) -> Any:
+        """The processing-time histogram of one stage."""
+        return self._child(self.stage_seconds, name)
+
+    def verdict(self, verdict: str, match: str, detector: str) -> Any:
+        """The counter of one kind of verdict."""
+        return self._child(self.verdicts, verdict, match, detector)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
