@@ -38,13 +38,18 @@ def read_jsonl(path: Path, limit: int | None = None) -> list[dict]:
     return out
 
 
-def median_time(fn, repeat: int = 5) -> float:
-    times = []
-    for _ in range(repeat):
+def median_run(fn, repeat: int = 5):
+    """``fn()`` run ``repeat`` times: its last result and the median of the wall times."""
+    times, result = [], None
+    for _ in range(max(1, repeat)):
         t0 = time.perf_counter()
-        fn()
+        result = fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return result, statistics.median(times)
+
+
+def median_time(fn, repeat: int = 5) -> float:
+    return median_run(fn, repeat)[1]
 
 
 def machine() -> dict:

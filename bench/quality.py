@@ -19,14 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, devset, need_shared, read_jsonl, save, table  # noqa: E402
+from common import REPO, devset, median_run, need_shared, read_jsonl, save, table  # noqa: E402
 
 from stream_dedup.evaluate import evaluate  # noqa: E402
 
@@ -77,27 +75,14 @@ def run_minhash(docs):
 ALONE = ["simhash", "minhash", "ngram", "imatch"]
 
 
-def run_ours(path: Path, tmp: Path, detectors: str | None = None) -> tuple[list[dict], float]:
+def run_ours(path: Path, tmp: Path, detectors: str | None = None) -> list[dict]:
     out = tmp / f"{path.stem}.{detectors or 'auto'}.verdicts.jsonl"
     env = dict(os.environ)
     if detectors:
         env["STREAM_DEDUP_ENGINE__DETECTORS"] = json.dumps([detectors])
-    t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "stream_dedup.cli", "scan", str(path), "--out", str(out), "--no-progress"],
                    check=True, cwd=REPO, capture_output=True, env=env)
-    return read_jsonl(out), time.perf_counter() - t0
-
-
-def timed(fn, docs: list[dict]) -> tuple[list[dict], float]:
-    t0 = time.perf_counter()
-    v = fn(docs)
-    return v, time.perf_counter() - t0
-
-
-def repeated(run, n: int) -> tuple[list[dict], float]:
-    """The verdicts of the last of n runs and the median of their wall times."""
-    results = [run() for _ in range(max(1, n))]
-    return results[-1][0], statistics.median(secs for _, secs in results)
+    return read_jsonl(out)
 
 
 def reworded_flagged(verdicts: list[dict], labels: list[dict]) -> float | None:
@@ -125,12 +110,13 @@ def main() -> None:
         docs = read_jsonl(ds / f"{name}.jsonl")
         labels = read_jsonl(ds / f"{name}_labels.jsonl")
         runs = {}
-        runs["stream-dedup scan"] = repeated(lambda: run_ours(ds / f"{name}.jsonl", tmp), a.repeat)
+        # (verdicts of the last run, median wall time): the verdicts are the same in every run
+        runs["stream-dedup scan"] = median_run(lambda: run_ours(ds / f"{name}.jsonl", tmp), a.repeat)
         for det in a.alone:
-            runs[f"stream-dedup scan, {det} only"] = repeated(lambda: run_ours(ds / f"{name}.jsonl", tmp, det),
-                                                              a.repeat)
+            runs[f"stream-dedup scan, {det} only"] = median_run(lambda: run_ours(ds / f"{name}.jsonl", tmp, det),
+                                                                a.repeat)
         for peer, fn in [("simhash SimhashIndex k=3", run_simhash), ("datasketch MinHashLSH 0.7", run_minhash)]:
-            runs[peer] = repeated(lambda: timed(fn, docs), a.repeat)
+            runs[peer] = median_run(lambda: fn(docs), a.repeat)
         best_peer = max(len(docs) / s for k, (_, s) in runs.items() if not k.startswith("stream-dedup"))
         for system, (verdicts, secs) in runs.items():
             rep = evaluate(verdicts, labels)
