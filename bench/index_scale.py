@@ -80,11 +80,12 @@ def run(style: str, sizes: list[int], sample: int, chunks: int = 5) -> list[dict
             while n < size:
                 one()
             per_chunk = []  # the sample in chunks; the median chunk (the machine is noisy)
+            docs = max(1, sample // chunks)
             for _ in range(chunks):
                 t0 = time.perf_counter()
-                for _ in range(sample // chunks):
+                for _ in range(docs):
                     one()
-                per_chunk.append((time.perf_counter() - t0) / (sample // chunks) * 1e6)
+                per_chunk.append((time.perf_counter() - t0) / docs * 1e6)
             us = statistics.median(per_chunk)
             r = {"style": style, "indexed": size, "us_per_doc": round(us, 1), "rss_mb": round(rss_mb(), 1),
                  "disk_mb": round(du_mb(tmp), 1)}

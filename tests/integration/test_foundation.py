@@ -108,7 +108,7 @@ def test_aiokafka_speaks_to_the_pinned_broker(kafka_settings, unique_name):
 def _start_faust(env: dict[str, str], log: Path) -> subprocess.Popen:
     # --without-web: Faust's `worker` command turns the web server on whatever the app's web_enabled
     # says, and a second process on port 6066 (a stream-dedup worker of another test, or a parallel
-    # run) then stops this worker at start-up, after its table recovery: no output, or a replay
+    # run) then stops this worker at start-up, after its table recovery
     return subprocess.Popen([sys.executable, str(HERE / "faust_counter_app.py"), "worker", "--without-web",
                              "-l", "info"], env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
 
