@@ -362,13 +362,17 @@ class DecideStage:
         st = self.states.get(msg.id)
         if st is None:
             st = DocState(msg.id)
-        if st.ts is None and msg.kind not in ("join", "leave"):
-            st.ts = msg.ts
         if msg.kind in ("join", "leave"):
             self._membership(st, msg)
             self._store(msg.id, st)
             self.last = st
             return None
+        # A member's join can come before the original's own messages (different producers' messages
+        # interleave, replays re-read old ones): its cluster record then lacked the original's ts,
+        # rank and text, so the record goes out again once they are known.
+        clustered = st.cluster() if st.members or st.extra else None
+        if st.ts is None:
+            st.ts = msg.ts
         before = st.emitted[2] if st.emitted else None  # duplicate_of of the last verdict emitted
         if msg.kind == "expect":
             st.expected = msg.expected
@@ -391,6 +395,10 @@ class DecideStage:
                 self.outbox.append(ToDecide("leave", before, None, member=[st.id, st.ts, st.rank]))
             if v.duplicate_of is not None:
                 self.outbox.append(ToDecide("join", v.duplicate_of, None, member=[st.id, st.ts, st.rank]))
+        if clustered is not None:
+            now = st.cluster()
+            if now != clustered:
+                self.cluster = now
         self._store(msg.id, st)
         self.last = st
         return v

@@ -109,8 +109,9 @@ def test_write_back_reads_its_writes_and_writes_each_key_once_per_partition():
         assert wb[b"k"] == b"2"
 
 
-def run_batched(events: list[dict], settings, partitions: int, rng: random.Random) -> tuple[dict, Counter]:
-    """The worker's agents over in-memory partitioned tables and queues, in random batches and order."""
+def run_batched(events: list[dict], settings, partitions: int, rng: random.Random) -> tuple[dict, dict, Counter]:
+    """The worker's agents over in-memory partitioned tables and queues, in random batches and order.
+    Returns the latest verdict per document, the latest cluster record per original, and counts."""
     prep = Preparer(settings)
     window = settings.engine.window_ms
     q = {t: [deque() for _ in range(partitions)] for t in ("fingerprints", "probes", "answers")}
@@ -121,6 +122,7 @@ def run_batched(events: list[dict], settings, partitions: int, rng: random.Rando
     index = IndexStage(BucketIndex(index_wb, window=window), prep.detectors)
     decide = DecideStage(decide_wb)
     latest: dict = {}
+    clusters: dict = {}
     pages = deque(events)
     counts: Counter = Counter()
 
@@ -176,9 +178,11 @@ def run_batched(events: list[dict], settings, partitions: int, rng: random.Rando
                         to_decide(out, decide.outbox)
                         if v is not None:
                             latest[v.id] = v
+                        if decide.cluster is not None:
+                            clusters[decide.cluster.id] = decide.cluster
             send("answers", out)
             decide_wb.flush(around=decide_t.under)
-    return latest, counts
+    return latest, clusters, counts
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -188,7 +192,7 @@ def test_batched_stages_over_partitioned_tables_converge_on_scan(tmp_path, seed)
 
     events = labelled_stream(tmp_path, n_news=150, n_sms=1200, seed=seed)
     settings = load_settings(environ={})
-    got, counts = run_batched(events, settings, partitions=6, rng=random.Random(seed))
+    got, clusters, counts = run_batched(events, settings, partitions=6, rng=random.Random(seed))
     engine = Engine(settings)
     expected = {}
     for e in events:  # arrival order, like the test of the workers
@@ -198,6 +202,12 @@ def test_batched_stages_over_partitioned_tables_converge_on_scan(tmp_path, seed)
     assert set(got) == set(expected) == {e["id"] for e in events}
     diverged = {i: (key(got[i]), key(expected[i])) for i in expected if key(got[i]) != key(expected[i])}
     assert not diverged, f"{len(diverged)} verdicts differ, e.g. {list(diverged.items())[:3]}"
+    # the latest cluster record of each original (what the clusters topic keeps) is scan's cluster,
+    # whatever order its original's own messages and its members' joins arrived in
+    want = {c.id: (c.size, c.canonical, c.ts) for c in engine.clusters()}
+    have = {i: (c.size, c.canonical, c.ts) for i, c in clusters.items() if c.size > 1}
+    differ = {i: (have.get(i), want.get(i)) for i in set(want) | set(have) if have.get(i) != want.get(i)}
+    assert want and not differ, f"{len(differ)} clusters differ, e.g. {list(differ.items())[:3]}"
     assert sum(1 for v in got.values() if v.verdict == "duplicate") > 0.02 * len(events)
     # batching is what it is for: fewer messages than items
     assert counts["answers.messages"] < counts["answers.items"] / 2

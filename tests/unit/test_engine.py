@@ -154,6 +154,36 @@ def test_sample_clusters_and_order_independence():
         assert clusters_of(shuffled) == reference
 
 
+def test_the_last_cluster_record_is_right_whatever_order_the_original_and_its_members_arrive_in():
+    """An original's decide messages and its members' joins come from different agents, so a join
+    can be applied before the original's own "expect" (which carries its rank and text). The last
+    record published for the original must still name the highest-ranked page (ties: the earliest),
+    as scan does: CI once saw the record name the member because the original's rank came later."""
+    import itertools
+
+    from stream_dedup.core.stages import DecideStage, ToDecide
+    from stream_dedup.core.verdict import Cluster
+
+    own = [ToDecide("expect", "orig", 1000, None, expected=1, rank=5, snippet="全省外贸"),
+           ToDecide("answer", "orig", 1000, None, part=3)]
+    joins = [ToDecide("join", "orig", None, member=["low", 2000, 1]),
+             ToDecide("join", "orig", None, member=["tie", 3000, 5])]
+    # "gone" named the original, then was revised to another one: a join, later its leave
+    gone = [ToDecide("join", "orig", None, member=["gone", 4000, 9]),
+            ToDecide("leave", "orig", None, member=["gone", 4000, 9])]
+    want = Cluster("orig", 3, "orig", ["low", "tie"], 1000, "全省外贸")
+    orders = [list(o) for o in itertools.permutations(own + joins)]
+    orders += [o[:i] + gone + o[i:] for o in orders[:] for i in range(len(o) + 1)]
+    for order in orders:
+        d = DecideStage()
+        last = None
+        for m in order:
+            d.apply(m)
+            last = d.cluster or last
+        assert last == want, ([(m.kind, m.member) for m in order], last)
+    assert len(orders) == 24 + 24 * 5
+
+
 def test_decide_state_behind_a_write_back_re_emits_after_a_crash_before_the_flush():
     """The worker stores decide state only after the verdict is delivered (a WriteBack flushed after
     delivery): a crash in between replays into the old state and the verdict goes out again (never
