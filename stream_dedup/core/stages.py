@@ -367,9 +367,9 @@ class DecideStage:
             self._store(msg.id, st)
             self.last = st
             return None
-        # A member's join can come before the original's own messages (different producers' messages
-        # interleave, replays re-read old ones): its cluster record then lacked the original's ts,
-        # rank and text, so the record goes out again once they are known.
+        # The original's own messages (exact stage, index answers) and its members' joins (decide)
+        # come from different agents, in any order: a record published before the original's ts,
+        # rank or text were known goes out again once they are (else it can name a lower-ranked member).
         clustered = st.cluster() if st.members or st.extra else None
         if st.ts is None:
             st.ts = msg.ts
