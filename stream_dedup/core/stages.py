@@ -13,7 +13,7 @@ import base64
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, MutableMapping
+from typing import TYPE_CHECKING, Any, Iterable, MutableMapping
 
 from . import hashing, tokenize
 from .detectors import Detector, build_detectors
@@ -77,6 +77,18 @@ def unpack_batch(message: bytes) -> list[bytes]:
     return message.split(b"\n") if message else []
 
 
+def _dumps(obj: Any) -> bytes:
+    """Compact JSON in UTF-8, not ASCII: a CJK character takes 3 bytes instead of ``\\uXXXX``'s 6.
+    Every document's text snippet crosses the fingerprints and answers topics and is stored with its
+    decide state (each write goes to the changelog). A lone surrogate in a text survives the round
+    trip (surrogatepass); records written with ASCII escapes read the same."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+def _loads(b: bytes) -> Any:
+    return json.loads(b.decode("utf-8", "surrogatepass"))
+
+
 def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode("ascii")
 
@@ -99,13 +111,12 @@ class Prepared:
     snippet: str = ""  # the start of the normalized text: the sample a cluster record shows
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"id": self.id, "ts": self.ts, "d": _b64(self.digest), "k": self.kind,
-                           "s": [[c, list(k), _b64(p)] for c, k, p in self.sketches], "r": self.rank,
-                           "x": self.snippet}, separators=(",", ":")).encode()
+        return _dumps({"id": self.id, "ts": self.ts, "d": _b64(self.digest), "k": self.kind,
+                       "s": [[c, list(k), _b64(p)] for c, k, p in self.sketches], "r": self.rank, "x": self.snippet})
 
     @classmethod
     def from_bytes(cls, b: bytes) -> "Prepared":
-        d = json.loads(b)
+        d = _loads(b)
         return cls(d["id"], d["ts"], _unb64(d["d"]), d["k"], [(c, tuple(k), _unb64(p)) for c, k, p in d["s"]],
                    d.get("r"), d.get("x", ""))
 
@@ -120,13 +131,12 @@ class Probe:
     entries: list[tuple[int, tuple[int, ...], bytes]]
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"id": self.id, "ts": self.ts, "p": self.partition,
-                           "e": [[c, list(k), _b64(p)] for c, k, p in self.entries]},
-                          separators=(",", ":")).encode()
+        return _dumps({"id": self.id, "ts": self.ts, "p": self.partition,
+                       "e": [[c, list(k), _b64(p)] for c, k, p in self.entries]})
 
     @classmethod
     def from_bytes(cls, b: bytes) -> "Probe":
-        d = json.loads(b)
+        d = _loads(b)
         return cls(d["id"], d["ts"], d["p"], [(c, tuple(k), _unb64(p)) for c, k, p in d["e"]])
 
 
@@ -160,11 +170,11 @@ class ToDecide:
             d["m"] = self.member
         if self.snippet:
             d["x"] = self.snippet
-        return json.dumps(d, separators=(",", ":")).encode()
+        return _dumps(d)
 
     @classmethod
     def from_bytes(cls, b: bytes) -> "ToDecide":
-        d = json.loads(b)
+        d = _loads(b)
         return cls(d["t"], d["id"], d["ts"], Candidate.from_list(d["c"]) if d["c"] else None, d["n"], d["p"],
                    d.get("r"), d.get("m"), d.get("x"))
 
@@ -315,14 +325,14 @@ class JsonStates(MutableMapping):
         raw = self.data.get(ident.encode("utf-8", "surrogatepass"))
         if raw is None:
             raise KeyError(ident)
-        return DocState.from_json(json.loads(raw))
+        return DocState.from_json(_loads(raw))
 
     def get(self, ident: str, default=None):  # type: ignore[override]
         raw = self.data.get(ident.encode("utf-8", "surrogatepass"))
-        return default if raw is None else DocState.from_json(json.loads(raw))
+        return default if raw is None else DocState.from_json(_loads(raw))
 
     def __setitem__(self, ident: str, st: DocState) -> None:
-        self.data[ident.encode("utf-8", "surrogatepass")] = json.dumps(st.to_json(), separators=(",", ":")).encode()
+        self.data[ident.encode("utf-8", "surrogatepass")] = _dumps(st.to_json())
 
     def __delitem__(self, ident: str) -> None:
         del self.data[ident.encode("utf-8", "surrogatepass")]

@@ -240,3 +240,32 @@ def test_a_prepared_batch_equals_each_event_prepared_alone():
     simhashed = sum(1 for b in batched if isinstance(b, bytes) and json.loads(b)["s"] and
                     any(s[0] == 1 for s in json.loads(b)["s"]))
     assert simhashed > 30 and sum(1 for b in batched if isinstance(b, str)) > 10
+
+
+def test_internal_messages_and_states_are_utf8_json_and_read_old_ascii_records():
+    """The snippet of a Chinese text is UTF-8 on the internal topics and in decide's state (3 bytes a
+    character, not the 6 of ``\\uXXXX``); a lone surrogate in a text survives; records written by
+    earlier versions (ASCII escapes) read the same."""
+    import json as _json
+
+    from stream_dedup.core.verdict import DocState
+
+    snippet = "国务院新闻办公室今天举行新闻发布会，介绍前三季度国民经济运行情况。统计局新闻发言人表示" + "\ud800"
+    p = Prepared("doc-1", 1000, b"\x01" * 16, "text", [(1, (5, 6), b"\x00\xff")], 2.0, snippet)
+    raw = p.to_bytes()
+    assert Prepared.from_bytes(raw) == p
+    assert snippet[:10].encode("utf-8") in raw and b"\\u" not in raw
+    m = ToDecide("expect", "doc-1", 1000, None, expected=2, rank=2.0, snippet=snippet)
+    assert ToDecide.from_bytes(m.to_bytes()) == m
+    pr = Probe("文档-1", 1000, 3, [(1, (5,), b"\x00")])
+    assert Probe.from_bytes(pr.to_bytes()) == pr
+    table: dict = {}
+    states = JsonStates(table)
+    st = DocState("doc-1", 1000, 2, {0, 3}, rank=2.0, snippet=snippet)
+    states["doc-1"] = st
+    assert states["doc-1"] == st
+    assert len(table[b"doc-1"]) < len(_json.dumps(st.to_json()))  # the ASCII-escaped form is longer
+    table[b"doc-1"] = _json.dumps(st.to_json()).encode()  # as earlier versions wrote it
+    assert states["doc-1"] == st
+    assert ToDecide.from_bytes(_json.dumps({"t": "expect", "id": "doc-1", "ts": 1000, "c": None, "n": 2, "p": None,
+                                            "r": 2.0, "x": snippet}).encode()) == m
