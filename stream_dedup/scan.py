@@ -100,7 +100,9 @@ def prepared_in_order(settings: Settings, preparer: Preparer, lines: Iterable[Li
         return
     import multiprocessing as mp
 
-    preparer.warm()  # load once here, then fork: the workers start with the dictionary in memory
+    # load once here, then fork: the workers start with the dictionary in memory (an HTML page makes
+    # each worker load the HTML parser on its own)
+    preparer.warm(html=False)
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     with mp.get_context(method).Pool(jobs, initializer=_init_worker, initargs=(settings,)) as pool:
         flight: deque = deque()

@@ -1,19 +1,19 @@
-"""Words (jieba) and character n-grams: the features every detector is built from.
+"""Words (jieba's segmentation) and character n-grams: the features every detector is built from.
 
-jieba is loaded once per process (its dictionary takes about a second to load) and shared;
-a user dictionary adds domain words (brands, names) so that they stay whole tokens.
+The segmenter (``segment.py``: jieba's algorithm and dictionary, in Rust by default) is loaded once
+per process and shared; a user dictionary adds domain words (brands, names) so that they stay whole
+tokens.
 """
 from __future__ import annotations
 
-import logging
 import re
-import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import segment
 from .cache import GenerationalCache
 
 if TYPE_CHECKING:
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
 _WORDLIKE = re.compile(r"\w")
 _SENTENCE_DOT = re.compile(r"(?<![0-9a-z])\.|\.(?![0-9a-z])")
-_lock = threading.Lock()
 
 
 def _load_stopwords(path: Path | None) -> frozenset[str]:
@@ -32,32 +31,13 @@ def _load_stopwords(path: Path | None) -> frozenset[str]:
     return frozenset(w.strip() for w in text.splitlines() if w.strip() and not w.startswith("#"))
 
 
-@lru_cache(maxsize=4)
-def _jieba(user_dict: str | None, segmenter: str = "jieba"):
-    if segmenter == "jieba_fast":  # the same algorithm and dictionary in C (optional extra "fast")
-        try:
-            import jieba_fast as jieba
-        except ImportError:
-            raise ImportError("text.segmenter = 'jieba_fast' needs: pip install 'stream-dedup[fast]'") from None
-    else:
-        import jieba
-
-    jieba.setLogLevel(logging.WARNING)
-    with _lock:
-        tk = jieba.Tokenizer()
-        tk.initialize()
-        if user_dict:
-            tk.load_userdict(user_dict)
-    return tk
-
-
 @dataclass(frozen=True)
 class WordTokenizer:
     """jieba words of normalized text, without punctuation, whitespace and stop words."""
 
     user_dict: str | None = None
     stopwords_path: str | None = None
-    segmenter: str = "jieba"
+    segmenter: str = "rjieba"
 
     @classmethod
     def from_settings(cls, t: "TextSettings | None") -> "WordTokenizer":
@@ -72,13 +52,17 @@ class WordTokenizer:
         return _stopwords_cached(self.stopwords_path)
 
     def words(self, text: str) -> list[str]:
-        keep = _keep_cache(self.stopwords_path)
-        young, miss = keep.young.get, keep.miss
-        out = []
         # normalization folds 。 to "."; jieba counts "." as a word character (decimals, URLs), so a
         # whole paragraph became one block. Sentence-final dots go back to 。 for segmentation only:
         # jieba sees sentences as it was built to, and runs about 10% faster.
-        for w in _jieba(self.user_dict, self.segmenter).lcut(_SENTENCE_DOT.sub("。", text)):
+        text = _SENTENCE_DOT.sub("。", text)
+        seg = segment.load(self.user_dict, self.segmenter)
+        if isinstance(seg, segment.JiebaRs):  # filters as it segments (the same words)
+            return seg.words(text, self.stopwords)
+        keep = _keep_cache(self.stopwords_path)
+        young, miss = keep.young.get, keep.miss
+        out = []
+        for w in seg.lcut(text):
             # decided once per distinct token: a dict hit costs less than the three tests. ``young``
             # may be a retired generation after a miss rotated them; its answers are still right.
             k = young(w)

@@ -46,7 +46,7 @@ def test_char_ngrams():
 def test_preparer_warm_loads_the_segmenter_and_converter_before_the_first_document(tmp_path):
     """A worker warms before joining its group; afterwards no document pays for a dictionary load."""
     from stream_dedup.config import Settings
-    from stream_dedup.core import text, tokenize
+    from stream_dedup.core import segment, text
     from stream_dedup.core.stages import Preparer
 
     user = tmp_path / "warm_user.txt"  # a dictionary no other test loads: its segmenter is surely cold
@@ -54,10 +54,10 @@ def test_preparer_warm_loads_the_segmenter_and_converter_before_the_first_docume
     s = Settings()
     s.text.user_dict = str(user)
     p = Preparer(s)
-    jieba_loads, t2s_loads = tokenize._jieba.cache_info().misses, text._t2s.cache_info().misses
+    jieba_loads, t2s_loads = segment.load.cache_info().misses, text._t2s.cache_info().misses
     assert p.warm() > 0
-    assert tokenize._jieba.cache_info().misses == jieba_loads + 1
+    assert segment.load.cache_info().misses == jieba_loads + 1
     assert text._t2s.cache_info().misses <= t2s_loads + 1 and text._t2s.cache_info().currsize == 1
     p.prepare({"id": "a", "text": "预热专用词之后的第一条短信", "ts": 1})
-    assert tokenize._jieba.cache_info().misses == jieba_loads + 1
+    assert segment.load.cache_info().misses == jieba_loads + 1
     assert "预热专用词" in p.tokenizer.words("预热专用词之后")

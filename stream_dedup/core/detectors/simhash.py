@@ -38,7 +38,7 @@ class SimhashDetector(Detector):
         if len(tf) < self.min_features:
             return None
         words = list(tf)
-        return words, np.fromiter((tf[w] * self.idf.get(w) for w in words), dtype=np.float64, count=len(words))
+        return words, np.fromiter(tf.values(), dtype=np.float64, count=len(words)) * self.idf.weights(words)
 
     def fingerprint(self, doc: "Doc") -> int | None:
         if self._cache_key in doc.cache:
