@@ -51,7 +51,7 @@ def main() -> None:
         for d in docs:
             tf = Counter(prep.tokenizer.words(d.text))
             words = list(tf)
-            feats.append((words, np.array([tf[w] * prep.idf.get(w) for w in words])))
+            feats.append((words, np.array([tf[w] for w in words], dtype=np.float64) * prep.idf.weights(words)))
         pairs = [list(zip(w, wt.tolist())) for w, wt in feats]
         shingles = [mh.shingles(d) for d in docs]
         sbytes = [[s.encode() for s in sh_] for sh_ in shingles]

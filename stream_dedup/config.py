@@ -72,10 +72,10 @@ class TopicSettings(_Section):
 
 
 class TextSettings(_Section):
-    segmenter: Literal["rjieba", "jieba", "jieba_fast"] = Field(
-        "rjieba", description="word segmenter, all jieba's algorithm and dictionary: rjieba (Rust, 8-10x faster "
-        "than jieba, jieba's tokens on all but 5 of 118,312 sample documents), jieba (the reference), or "
-        "jieba_fast (C, pip install 'stream-dedup[fast]'); bench/results/segmenters.md measures speed and agreement")
+    segmenter: Literal["rjieba", "jieba"] = Field(
+        "rjieba", description="word segmenter, both jieba's algorithm and dictionary: rjieba (Rust, 8-10x faster "
+        "than jieba, jieba's tokens on all but 5 of 118,312 sample documents) or jieba (the reference); "
+        "bench/results/segmenters.md measures speed and agreement")
     traditional_to_simplified: bool = Field(True, description="fold traditional Chinese to simplified (OpenCC t2s) before everything")
     user_dict: Path | None = Field(None, description="jieba user dictionary (word [freq [tag]] per line)")
     stopwords: Path | None = Field(None, description="stop-word list, one per line (default: the shipped list)")

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 _EMPTY = 0
+_U64 = (1 << 64) - 1  # positions wrap as uint64 arithmetic did: the same cells as filters saved before
 _HEADER = struct.Struct("<I")
 
 
@@ -69,12 +70,23 @@ class DecayingBloom:
     def for_capacity(cls, capacity: int, fp_rate: float, window: int, resolution: int = 64) -> "DecayingBloom":
         return cls(BloomShape.for_capacity(capacity, fp_rate), window, resolution)
 
+    @property
+    def cells(self) -> np.ndarray:
+        return self._cells
+
+    @cells.setter
+    def cells(self, cells: np.ndarray) -> None:
+        self._cells = cells
+        # scalar reads and writes through a memoryview: a document touches k (7) cells, and numpy's
+        # fancy indexing and small-array arithmetic cost more per call than the whole filter's work
+        self._view = memoryview(cells)
+
     # digests are already uniform 128-bit hashes: Kirsch-Mitzenmacher double hashing on them
-    def _positions(self, digest: bytes) -> np.ndarray:
+    def _positions(self, digest: bytes) -> list[int]:
         h1, h2 = struct.unpack_from("<QQ", digest.ljust(16, b"\0"))
         h2 |= 1
-        i = np.arange(self.shape.hashes, dtype=np.uint64)
-        return ((np.uint64(h1) + i * np.uint64(h2)) % np.uint64(self.shape.cells)).astype(np.int64)
+        m = self.shape.cells
+        return [((h1 + i * h2) & _U64) % m for i in range(self.shape.hashes)]
 
     def _tick(self, clock: int) -> int:
         t = clock // self.tick_len
@@ -89,17 +101,20 @@ class DecayingBloom:
         return max(1, rel)
 
     def add(self, digest: bytes, clock: int) -> None:
-        pos = self._positions(digest)
         t = self._tick(clock)
-        self.cells[pos] = np.maximum(self.cells[pos], t)
+        view = self._view
+        for p in self._positions(digest):
+            if view[p] < t:
+                view[p] = t
         self.inserted += 1
 
     def maybe_contains(self, digest: bytes, clock: int) -> bool:
         """False: certainly not inserted within the window around ``clock``. True: maybe."""
         if self.base is None:
             return False
-        oldest = self._tick(clock) - self.window_ticks - 1
-        return bool(self.cells[self._positions(digest)].min() >= max(1, oldest))
+        oldest = max(1, self._tick(clock) - self.window_ticks - 1)
+        view = self._view
+        return all(view[p] >= oldest for p in self._positions(digest))
 
     def live_fraction(self, clock: int) -> float:
         if self.base is None:

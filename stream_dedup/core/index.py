@@ -70,17 +70,23 @@ def _entries(data: bytes) -> tuple[Entry, ...]:
     return tuple(unpack_entries(data))
 
 
-def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int) -> bytes:
+def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: bytes | None = None) -> bytes:
     """A packed list with ``entry`` in (ts, id) order, replacing its id's old entry, without entries
-    older than ``cutoff``, and at most ``cap`` entries (the earliest)."""
-    if raw:
-        old = _entries(raw)
-        # the common case in a live stream: the newest entry, nothing expired, a new id; appending
-        # gives the same bytes as the full merge below, without re-encoding the bucket
-        if (old[0][0] >= cutoff and (entry[0], entry[1]) > (old[-1][0], old[-1][1]) and len(old) < cap
-                and all(e[1] != entry[1] for e in old)):
-            return raw + pack_entries([entry])
-    entries = [e for e in _entries(raw) if e[0] >= cutoff and e[1] != entry[1]] if raw else []
+    older than ``cutoff``, and at most ``cap`` entries (the earliest).
+
+    ``packed``: ``pack_entries([entry])``, when the caller has it (an insert merges one entry into
+    every bucket of the document: 30-odd for a news article, most of them new)."""
+    if packed is None:
+        packed = pack_entries([entry])
+    if not raw:
+        return packed if cap > 0 else b""
+    old = _entries(raw)
+    # the common case in a live stream: the newest entry, nothing expired, a new id; appending
+    # gives the same bytes as the full merge below, without re-encoding the bucket
+    if (old[0][0] >= cutoff and (entry[0], entry[1]) > (old[-1][0], old[-1][1]) and len(old) < cap
+            and all(e[1] != entry[1] for e in old)):
+        return raw + packed
+    entries = [e for e in old if e[0] >= cutoff and e[1] != entry[1]]
     entries.append(entry)
     entries.sort(key=lambda e: (e[0], e[1]))
     return pack_entries(entries[:cap])
@@ -204,8 +210,9 @@ class BucketIndex:
         if not inline:
             self.data[self.payload_key(det, ident)] = payload
         me = (ts, ident, inline)
+        packed = pack_entries([me])
         for bk, raw in raws.items():
-            new = merge_entry(raw, me, cutoff, self.max_bucket)
+            new = merge_entry(raw, me, cutoff, self.max_bucket, packed)
             if new != raw:
                 self.data[bk] = new
             if self.observe is not None:

@@ -36,7 +36,7 @@ _JOINERS = re.compile(r"[+#&._%\-]")  # a block without them cannot hold a token
 _HAN_CHAR = re.compile(r"[\u4E00-\u9FD5]")
 _WORD_CHAR = re.compile(r"\w")
 
-SEGMENTERS = ("rjieba", "jieba", "jieba_fast")
+SEGMENTERS = ("rjieba", "jieba")
 
 _lock = threading.Lock()
 
@@ -127,15 +127,10 @@ def load(user_dict: str | None, segmenter: str = "rjieba") -> Segmenter:
     if segmenter == "rjieba":
         with _lock:
             return JiebaRs(user_dict)
-    if segmenter == "jieba_fast":  # jieba's algorithm in C (optional extra "fast")
-        try:
-            import jieba_fast as jieba
-        except ImportError:
-            raise ImportError("text.segmenter = 'jieba_fast' needs: pip install 'stream-dedup[fast]'") from None
-    elif segmenter == "jieba":
-        import jieba
-    else:
+    if segmenter != "jieba":
         raise ValueError(f"unknown segmenter {segmenter!r}; one of {', '.join(SEGMENTERS)}")
+    import jieba
+
     jieba.setLogLevel(logging.WARNING)
     with _lock:
         tk = jieba.Tokenizer()

@@ -257,6 +257,9 @@ class Preparer:
 
 def route_probes(p: Prepared, partitions: int) -> list[Probe]:
     """Group the document's keys by owning partition: one probe per partition, never one per key."""
+    if partitions == 1:  # the embedded engine: every key is partition 0's, in the order grouped below
+        return [Probe(p.id, p.ts, 0, [(code, tuple(keys), payload) for code, keys, payload in p.sketches
+                                      if keys])] if any(keys for _, keys, _ in p.sketches) else []
     by_part: dict[int, dict[int, list[int]]] = {}
     payloads = {}
     for code, keys, payload in p.sketches:

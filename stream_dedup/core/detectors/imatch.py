@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import mmh3
 import numpy as np
 
+from ..hashing import hash64_list
 from .base import Detector, Match, Sketch, doc_words
 
 if TYPE_CHECKING:
@@ -39,9 +40,10 @@ class ImatchDetector(Detector):
     def __init__(self, tokenizer: "WordTokenizer", idf: "IdfTable", *, lexicons: int = 5, drop: float = 0.1,
                  min_words: int = 10, low: float = 0.2, high: float = 0.95, min_chars: int = 0):
         self.tokenizer = tokenizer
-        values = np.fromiter(idf.idf.values(), dtype=float, count=len(idf.idf))
+        values = idf.values
         lo, hi = (np.quantile(values, [low, high]) if len(values) else (0.0, 0.0))
-        self.lexicon = frozenset(w for w, v in idf.idf.items() if lo <= v <= hi)
+        # the lexicon as word hashes (the table holds hashes, see ``idf``), tested with the cached hash64
+        self.lexicon = frozenset(idf.hashes[(values >= lo) & (values <= hi)].tolist())
         self.lexicons = lexicons
         self.drop_cut = int(drop * 2**32)
         self.min_words = min_words
@@ -52,7 +54,8 @@ class ImatchDetector(Detector):
 
     def filtered(self, doc: "Doc") -> list[str]:
         lex = self.lexicon
-        return sorted({w for w in doc_words(doc, self.tokenizer) if w in lex})
+        words = list(set(doc_words(doc, self.tokenizer)))
+        return sorted(w for w, h in zip(words, hash64_list(words)) if h in lex)
 
     def signatures(self, doc: "Doc") -> list[int]:
         """Signature per lexicon (0 = too few words); index 0 is the main lexicon."""
