@@ -48,6 +48,16 @@ from stream_dedup.kafka_io import admin, consumer, producer, send  # noqa: E402
 from stream_dedup.topics import apply  # noqa: E402
 
 
+def broker_pid() -> int | None:
+    """The local broker's pid (``kafka.sh status`` on the bootstrap's port); None for another broker."""
+    port = os.environ.get("KAFKA_BOOTSTRAP", "").rsplit(":", 1)[-1]
+    if not port.isdigit():
+        return None
+    out = subprocess.run([str(REPO / "deploy/kafka/kafka.sh"), "status"], env=dict(os.environ, KAFKA_PORT=port),
+                         capture_output=True, text=True).stdout.split()
+    return int(out[2]) if len(out) > 2 and out[:2] == ["running", "pid"] and out[2].isdigit() else None
+
+
 def settings_for(prefix: str, partitions: int):
     s = load_settings()
     t = s.topics
@@ -152,7 +162,7 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
         profiler = Profiler(pids, tmp) if profile else None
         if profiler is not None:
             profiler.start()
-        meter = CpuMeter(pids)
+        meter = CpuMeter(pids, broker_pid())
         reader.start()
         t0 = time.time()
         for i, e in enumerate(events):
@@ -284,8 +294,8 @@ def main() -> None:
                              round(scan_rate, 1), r["ratio_to_scan"],
                              round(mpe["fingerprints"] + mpe["probes"] + mpe["answers"], 1),
                              round(mpe["exact-changelog"] + mpe["index-changelog"] + mpe["decide-changelog"], 1),
-                             r["cpu"]["workers_cores"], r["cpu"]["rest_cores"], r["cpu"]["bench_client_cores"],
-                             r["cpu"]["idle_cores"]])
+                             r["cpu"]["workers_cores"], r["cpu"].get("broker_cores"), r["cpu"].get("irq_cores"),
+                             r["cpu"]["rest_cores"], r["cpu"]["bench_client_cores"], r["cpu"]["idle_cores"]])
                 print(rows[-1], flush=True)
     finally:
         if started:
@@ -293,7 +303,7 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     text = table(["kind", "workers", "events", "answered", "events/s", "events/s runs", "latency p50 ms",
                   "latency p99 ms", "p99 runs", "scan events/s", "kafka/scan", "internal msgs/event", "changelog msgs/event",
-                  "cores: workers", "broker+rest", "bench client", "idle"], rows)
+                  "cores: workers", "broker", "kernel irq", "rest", "bench client", "idle"], rows)
     name = (("kafka_profile" if a.profile else "kafka_e2e") + (f"_rate{int(a.rate)}" if a.rate else "")
             + (f"_p{a.partitions}" if a.partitions != 6 else ""))
     if a.profile:

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import shutil
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -46,12 +47,12 @@ class Profiler:
 
     @staticmethod
     def available() -> bool:
-        return shutil.which("py-spy") is not None
+        return py_spy() is not None
 
     def start(self) -> None:
         for pid in self.pids:
             self.procs.append(subprocess.Popen(
-                ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--full-filenames", "--nonblocking",
+                [py_spy(), "record", "--pid", str(pid), "--format", "raw", "--full-filenames", "--nonblocking",
                  "--rate", str(RATE), "--output", str(self.out / f"profile-{pid}.txt")],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
@@ -109,34 +110,54 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK
 
 
-def machine_cpu_s() -> tuple[float, float]:
-    """(busy, idle) CPU seconds of the whole machine so far, all cores."""
+def machine_cpu_s() -> tuple[float, float, float]:
+    """(busy, idle, irq + softirq) CPU seconds of the whole machine so far, all cores."""
     vals = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     idle = vals[3] + vals[4]  # idle + iowait
-    return (sum(vals[:8]) - idle) / CLOCK, idle / CLOCK
+    return (sum(vals[:8]) - idle) / CLOCK, idle / CLOCK, (vals[5] + vals[6]) / CLOCK
+
+
+def py_spy() -> str | None:
+    """py-spy from this interpreter's environment (the venv's bin, on PATH or not), else from PATH."""
+    here = Path(sys.executable).parent / "py-spy"
+    return str(here) if here.exists() else shutil.which("py-spy")
 
 
 class CpuMeter:
-    """Who used the machine's cores during the measured run: the workers, this benchmark's own
-    Kafka clients, and the rest (the broker, mostly), plus what stayed idle."""
+    """Who used the machine's cores during the measured run: the workers, the broker (when its pid
+    is known), this benchmark's own Kafka clients, the kernel's interrupt work (on loopback the
+    receive side of every TCP segment: softirq time that /proc charges to no process), and the
+    rest, plus what stayed idle."""
 
-    def __init__(self, pids: list[int]):
+    def __init__(self, pids: list[int], broker_pid: int | None = None):
         self.pids = pids
+        self.broker_pid = broker_pid
         self.start = self._now()
 
+    def _broker_s(self) -> float:
+        try:
+            return proc_cpu_s(self.broker_pid) if self.broker_pid else 0.0
+        except OSError:
+            return 0.0
+
     def _now(self) -> tuple:
-        return (time.monotonic(), [proc_cpu_s(p) for p in self.pids], sum(os.times()[:2]), *machine_cpu_s())
+        return (time.monotonic(), [proc_cpu_s(p) for p in self.pids], sum(os.times()[:2]), self._broker_s(),
+                *machine_cpu_s())
 
     def stop(self) -> dict:
-        t1, w1, own1, busy1, idle1 = self._now()
-        t0, w0, own0, busy0, idle0 = self.start
+        t1, w1, own1, broker1, busy1, idle1, irq1 = self._now()
+        t0, w0, own0, broker0, busy0, idle0, irq0 = self.start
         wall = max(1e-9, t1 - t0)
         workers = sum(w1) - sum(w0)
         own = own1 - own0
         busy = busy1 - busy0
+        broker = broker1 - broker0
+        irq = irq1 - irq0
         return {"wall_s": round(wall, 2), "cores": os.cpu_count(),
                 "workers_cores": round(workers / wall, 2),
                 "per_worker_cores": [round((b - a) / wall, 2) for a, b in zip(w0, w1)],
                 "bench_client_cores": round(own / wall, 2),
-                "rest_cores": round(max(0.0, busy - workers - own) / wall, 2),
+                "broker_cores": round(broker / wall, 2) if self.broker_pid else None,
+                "irq_cores": round(irq / wall, 2),
+                "rest_cores": round(max(0.0, busy - workers - own - broker - irq) / wall, 2),
                 "idle_cores": round((idle1 - idle0) / wall, 2)}

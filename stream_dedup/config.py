@@ -175,6 +175,10 @@ class WorkerSettings(_Section):
     fetch_max_wait_ms: int = Field(100, ge=0, le=30_000, description="longest the broker holds the worker's "
                                    "fetch when no new data is there (Faust fixes 1500; one fetch is in flight per "
                                    "broker, so this bounds how long new data for a stage can wait to be fetched)")
+    fetch_min_bytes: int = Field(1, ge=1, le=1 << 20, description="the broker answers the worker's fetch once "
+                                 "this much data is there (or fetch_max_wait_ms has passed); above 1 a busy "
+                                 "worker makes fewer, fuller fetches, and a quiet one waits up to fetch_max_wait_ms "
+                                 "a hop (bench/TARGETS.md)")
     producer_linger_ms: float = Field(5.0, ge=0, le=1000, description="how long the worker's Kafka producer "
                                       "waits to fill a request: every event makes a dozen or more messages "
                                       "(changelogs, internal topics, verdicts), and one request per message cost "

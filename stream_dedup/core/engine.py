@@ -35,7 +35,7 @@ class Engine:
         self.exact_kv = KVStore(self.state_dir / "exact")
         self.index_kv = KVStore(self.state_dir / "index")
         self.exact = ExactStore(self.exact_kv, self.window, bloom_capacity=settings.engine.bloom_capacity,
-                                bloom_fp_rate=settings.engine.bloom_fp_rate)
+                                bloom_fp_rate=settings.engine.bloom_fp_rate, prefault=False)
         self.exact.rebuild_bloom()  # a kept --state folder: the filter comes back from the store
         self.index = IndexStage(BucketIndex(self.index_kv, window=self.window), self.preparer.detectors)
         self.decide = DecideStage()

@@ -33,18 +33,20 @@ class ExactOutcome:
 
 class ExactStore:
     def __init__(self, data: MutableMapping[bytes, bytes], window: int, *, bloom_capacity: int = 1_000_000,
-                 bloom_fp_rate: float = 0.01, max_members: int = 1000):
+                 bloom_fp_rate: float = 0.01, max_members: int = 1000, prefault: bool = True):
         self.data = data
         self.window = window
         self.max_members = max_members
-        self.bloom = DecayingBloom.for_capacity(bloom_capacity, bloom_fp_rate, window)
+        self.prefault = prefault  # see DecayingBloom
+        self.bloom = DecayingBloom.for_capacity(bloom_capacity, bloom_fp_rate, window, prefault=prefault)
         self.bloom_fp = 0
         self.bloom_negative = 0
         self.watermark: int | None = None
 
     def rebuild_bloom(self, items: Iterable[tuple[bytes, bytes]] | None = None) -> int:
         """Refill the filter from stored digests (all of ``data``, or the given items)."""
-        self.bloom = DecayingBloom(self.bloom.shape, self.window, self.bloom.resolution)
+        if self.bloom.inserted or self.bloom.base is not None:  # a fresh filter is already empty
+            self.bloom = DecayingBloom(self.bloom.shape, self.window, self.bloom.resolution, prefault=self.prefault)
         n = 0
         for k, v in (self.data.items() if items is None else items):
             if k[:1] == b"X":

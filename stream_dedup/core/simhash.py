@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain, combinations
-from typing import Literal
+from typing import Literal, Union
 
 import numpy as np
 
@@ -26,13 +26,24 @@ from .hashing import hash64_list
 BITS = 64
 
 
-def _bit_rows(words: list[str]) -> np.ndarray:
+# A document's features: its distinct words, or their hash64 values already computed (the detector
+# hashes a document's words once, for the IDF lookup and for the fingerprint).
+Features = Union[list[str], np.ndarray]
+
+
+def _hashes(words: Features) -> np.ndarray:
+    if isinstance(words, np.ndarray):
+        return words.astype(np.uint64, copy=False)
+    return np.array(hash64_list(words), dtype=np.uint64)
+
+
+def _bit_rows(words: Features) -> np.ndarray:
     """One row of 64 bits (uint8) per word: the unpacked mmh3 hash."""
-    hashes = np.array(hash64_list(words), dtype=np.uint64)
+    hashes = np.ascontiguousarray(_hashes(words))
     return np.unpackbits(hashes.view(np.uint8), bitorder="little").reshape(-1, BITS)
 
 
-def _weighted_bits(words: list[str], weights: np.ndarray) -> np.ndarray:
+def _weighted_bits(words: Features, weights: np.ndarray) -> np.ndarray:
     """Rows of (weight if bit j of the word's hash is set, for j < 64; then the weight itself)."""
     out = np.empty((len(words), BITS + 1))
     np.multiply(_bit_rows(words), weights[:, None], out=out[:, :BITS])
@@ -54,9 +65,9 @@ def _bits_set(sums: np.ndarray) -> np.ndarray:
 LONG = 48
 
 
-def simhash(words: list[str], weights: np.ndarray) -> int:
-    """SimHash of distinct ``words`` with their ``weights`` (same length)."""
-    if not words:
+def simhash(words: Features, weights: np.ndarray) -> int:
+    """SimHash of distinct ``words`` (or their hashes) with their ``weights`` (same length)."""
+    if not len(words):
         return 0
     if len(words) >= LONG:
         ones = np.dot(weights, _bit_rows(words))  # weight of the words with each bit set
@@ -72,7 +83,7 @@ _ROWS = 16_384
 _U64 = np.dtype("<u8")
 
 
-def simhash_many(words: list[list[str]], weights: list[np.ndarray]) -> list[int]:
+def simhash_many(words: list[Features], weights: list[np.ndarray]) -> list[int]:
     """``simhash`` of each document of a batch, with numpy calls per batch instead of per document.
 
     Why: a short text costs more in numpy's per-call overhead than in arithmetic, and the workers
@@ -90,8 +101,10 @@ def simhash_many(words: list[list[str]], weights: list[np.ndarray]) -> list[int]
             rows += lens[short[end]]
             end += 1
         docs = short[start:end]
-        weighted = _weighted_bits(list(chain.from_iterable(words[i] for i in docs)),
-                                  np.concatenate([weights[i] for i in docs]))
+        feats = [words[i] for i in docs]
+        rows_of = (np.concatenate([_hashes(f) for f in feats]) if any(isinstance(f, np.ndarray) for f in feats)
+                   else list(chain.from_iterable(feats)))
+        weighted = _weighted_bits(rows_of, np.concatenate([weights[i] for i in docs]))
         sums = np.add.reduceat(weighted, np.cumsum([0] + [lens[i] for i in docs[:-1]]), axis=0)
         for i, fp in zip(docs, np.packbits(_bits_set(sums), axis=1, bitorder="little").view(_U64).ravel().tolist()):
             out[i] = fp

@@ -97,6 +97,9 @@ def _fetch_wait_from_settings() -> None:
         wait_ms = getattr(self.app, "stream_dedup_fetch_max_wait_ms", None)
         if wait_ms is not None:
             consumer._fetch_max_wait_ms = int(wait_ms)  # read by aiokafka when it starts its fetcher
+        min_bytes = getattr(self.app, "stream_dedup_fetch_min_bytes", None)
+        if min_bytes is not None:
+            consumer._fetch_min_bytes = int(min_bytes)  # likewise
         return consumer
 
     create_worker_consumer.stream_dedup = True  # type: ignore[attr-defined]
@@ -158,6 +161,7 @@ def build_app(settings: Settings) -> faust.App:
         web_router_enabled=False,
     )
     app.stream_dedup_fetch_max_wait_ms = w.fetch_max_wait_ms  # type: ignore[attr-defined]
+    app.stream_dedup_fetch_min_bytes = w.fetch_min_bytes  # type: ignore[attr-defined]
 
     def topic(name: str, partitions: int | None = n, compacted: bool = False) -> faust.TopicT:
         return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",

@@ -6,18 +6,29 @@ from stream_dedup.config import load_settings
 from stream_dedup.stream.app import build_app
 
 
-def consumer_wait_ms(tmp_path, **env: str) -> int:
+def consumer_fetch(tmp_path, **env: str) -> tuple[int, int]:
+    """(fetch_max_wait_ms, fetch_min_bytes) of the consumer the worker would create."""
     settings = load_settings(None, environ={"STREAM_DEDUP_WORKER__STATE_DIR": str(tmp_path / "state"), **env})
     app = build_app(settings)
 
-    async def build() -> int:
+    async def build() -> tuple[int, int]:
         consumer = app.consumer._thread._create_worker_consumer(app.consumer.transport)
-        return consumer._fetch_max_wait_ms
+        return consumer._fetch_max_wait_ms, consumer._fetch_min_bytes
 
     return asyncio.run(build())
+
+
+def consumer_wait_ms(tmp_path, **env: str) -> int:
+    return consumer_fetch(tmp_path, **env)[0]
 
 
 def test_worker_consumer_fetch_wait_follows_the_setting(tmp_path):
     assert consumer_wait_ms(tmp_path) == 100
     assert consumer_wait_ms(tmp_path, STREAM_DEDUP_WORKER__FETCH_MAX_WAIT_MS="1500") == 1500
     assert consumer_wait_ms(tmp_path, STREAM_DEDUP_WORKER__FETCH_MAX_WAIT_MS="40") == 40
+
+
+def test_worker_consumer_fetch_minimum_follows_the_setting(tmp_path):
+    assert consumer_fetch(tmp_path) == (100, 1)
+    assert consumer_fetch(tmp_path, STREAM_DEDUP_WORKER__FETCH_MIN_BYTES="4096",
+                          STREAM_DEDUP_WORKER__FETCH_MAX_WAIT_MS="50") == (50, 4096)

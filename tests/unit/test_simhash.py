@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stream_dedup.config import load_settings
+from stream_dedup.core.hashing import hash64_list
 from stream_dedup.core.simhash import BandScheme, hamming, simhash, simhash_many, split_blocks
 from stream_dedup.core.stages import Preparer
 
@@ -86,6 +87,10 @@ def test_a_batch_gives_each_document_the_fingerprint_it_gets_alone(docs, rows):
     finally:
         sh._ROWS = saved
     assert simhash_many(words, weights) == alone
+    # the detector hands over its words' hashes (hashed once for the IDF lookup too): the same bits
+    hashed = [np.array(hash64_list(w), dtype=np.uint64) for w in words]
+    assert [simhash(h, x) for h, x in zip(hashed, weights)] == alone
+    assert simhash_many(hashed, weights) == alone
 
 
 def test_blocks_cover_64_bits():

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..hashing import hash64_list
 from ..simhash import BandScheme, hamming, simhash, simhash_many
 from .base import Detector, Match, Sketch, doc_words
 
@@ -32,13 +33,15 @@ class SimhashDetector(Detector):
     def applies(self, doc: "Doc") -> bool:
         return len(doc.text) >= self.min_chars
 
-    def features(self, doc: "Doc") -> tuple[list[str], np.ndarray] | None:
-        """Distinct words and their TF-IDF weights; None below ``min_features`` words."""
+    def features(self, doc: "Doc") -> tuple[np.ndarray, np.ndarray] | None:
+        """The distinct words' hashes and their TF-IDF weights; None below ``min_features`` words.
+        Hashed once here, for the IDF lookup and the fingerprint (two hashings were 5 % of a news
+        article's preparing)."""
         tf = Counter(doc_words(doc, self.tokenizer))
         if len(tf) < self.min_features:
             return None
-        words = list(tf)
-        return words, np.fromiter(tf.values(), dtype=np.float64, count=len(words)) * self.idf.weights(words)
+        hashes = np.array(hash64_list(list(tf)), dtype=np.uint64)
+        return hashes, np.fromiter(tf.values(), dtype=np.float64, count=len(tf)) * self.idf.lookup(hashes)
 
     def fingerprint(self, doc: "Doc") -> int | None:
         if self._cache_key in doc.cache:
