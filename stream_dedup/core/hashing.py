@@ -11,8 +11,14 @@ import numpy as np
 
 from .cache import GenerationalCache
 
+def hash64_uncached(feature: str) -> int:
+    """``hash64`` without the cache: for bulk hashing of a whole vocabulary (an IDF table), which
+    would only evict a stream's hot words from it."""
+    return mmh3.hash64(feature, signed=False)[0]
+
+
 # 2 x 32,768 words: the hot vocabulary of a news or SMS stream fits; memory stays flat (~8 MB)
-_HASHES: GenerationalCache[str, int] = GenerationalCache(lambda f: mmh3.hash64(f, signed=False)[0], 32_768)
+_HASHES: GenerationalCache[str, int] = GenerationalCache(hash64_uncached, 32_768)
 
 
 def set_cache_size(entries: int) -> None:

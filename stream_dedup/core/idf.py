@@ -34,20 +34,15 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-import mmh3
 import numpy as np
 
-from .hashing import hash64_list
+from .hashing import hash64_list, hash64_uncached as _hash
 
 if TYPE_CHECKING:
     from ..config import TextSettings
 
 FORMAT = "stream-dedup-idf"
 _GZIP_MAGIC = b"\x1f\x8b"
-
-
-def _hash(word: str) -> int:
-    return mmh3.hash64(word, signed=False)[0]
 
 
 @dataclass
