@@ -73,7 +73,7 @@ class IdfTable:
         return len(self.hashes)
 
     def get(self, word: str) -> float:
-        return float(self.lookup(np.array([_hash(word)], dtype=np.uint64))[0])
+        return float(self.weights([word])[0])
 
     def lookup(self, hashes: np.ndarray) -> np.ndarray:
         """The value of each word hash (uint64 array), ``default`` where the table has none."""
