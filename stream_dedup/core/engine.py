@@ -13,7 +13,7 @@ from .document import Rejected
 from .exact import ExactStore
 from .index import BucketIndex
 from .stages import DecideStage, IndexStage, Prepared, Preparer, exact_stage
-from .store import KVStore
+from .store import Buffered, KVStore
 from .verdict import Cluster, Verdict
 
 if TYPE_CHECKING:
@@ -32,8 +32,8 @@ class Engine:
         self.state_dir = Path(state_dir)
         self.window = settings.engine.window_ms
         self.preparer = Preparer(settings)
-        self.exact_kv = KVStore(self.state_dir / "exact")
-        self.index_kv = KVStore(self.state_dir / "index")
+        self.exact_kv = Buffered(KVStore(self.state_dir / "exact"))
+        self.index_kv = Buffered(KVStore(self.state_dir / "index"))
         self.exact = ExactStore(self.exact_kv, self.window, bloom_capacity=settings.engine.bloom_capacity,
                                 bloom_fp_rate=settings.engine.bloom_fp_rate, prefault=False)
         self.exact.rebuild_bloom()  # a kept --state folder: the filter comes back from the store
@@ -108,8 +108,10 @@ class Engine:
                 yield v
 
     def close(self) -> None:
-        self.exact_kv.close()
-        self.index_kv.close()
+        for kv in (self.exact_kv, self.index_kv):
+            if self._tmp is None:  # a kept folder: write what is still buffered (a temporary one is deleted)
+                kv.flush()
+            kv.store.close()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -79,7 +79,12 @@ class IdfTable:
         """The value of each word hash (uint64 array), ``default`` where the table has none."""
         if not len(self.hashes):
             return np.full(len(hashes), self.default)
-        at = np.searchsorted(self.hashes, hashes)
+        # the needles in sorted order: each search then starts near the last one's answer, in
+        # cache, instead of 19 cache misses down the 2.4 MB table (an article's 700 words: 100 ->
+        # 63 µs with the sort and the scatter back)
+        order = np.argsort(hashes)
+        at = np.empty(len(hashes), dtype=np.intp)
+        at[order] = np.searchsorted(self.hashes, hashes[order])
         np.minimum(at, len(self.hashes) - 1, out=at)
         return np.where(self.hashes[at] == hashes, self.values[at], self.default)
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
@@ -121,20 +120,35 @@ class JiebaRs:
         return [w for w in out if w not in stopwords]
 
 
-@lru_cache(maxsize=4)
+_loaded: dict[tuple[str | None, str], Segmenter] = {}
+
+
 def load(user_dict: str | None, segmenter: str = "rjieba") -> Segmenter:
-    """One segmenter per (user dictionary, kind) and process: loading a dictionary takes 0.2-0.5 s."""
-    if segmenter == "rjieba":
-        with _lock:
-            return JiebaRs(user_dict)
-    if segmenter != "jieba":
+    """One segmenter per (user dictionary, kind) and process: loading a dictionary takes 0.1-0.5 s.
+
+    Built under a lock and looked up again inside it: ``scan`` loads the segmenter on a thread while
+    its main thread may ask for it too, and it must be built once (a user dictionary is a second
+    0.1 s otherwise)."""
+    seg = _loaded.get((user_dict, segmenter))
+    if seg is not None:
+        return seg
+    if segmenter not in SEGMENTERS:
         raise ValueError(f"unknown segmenter {segmenter!r}; one of {', '.join(SEGMENTERS)}")
+    with _lock:
+        seg = _loaded.get((user_dict, segmenter))
+        if seg is None:
+            seg = _loaded[(user_dict, segmenter)] = _build(user_dict, segmenter)
+    return seg
+
+
+def _build(user_dict: str | None, segmenter: str) -> Segmenter:
+    if segmenter == "rjieba":
+        return JiebaRs(user_dict)
     import jieba
 
     jieba.setLogLevel(logging.WARNING)
-    with _lock:
-        tk = jieba.Tokenizer()
-        tk.initialize()
-        if user_dict:
-            tk.load_userdict(user_dict)
+    tk = jieba.Tokenizer()
+    tk.initialize()
+    if user_dict:
+        tk.load_userdict(user_dict)
     return tk

@@ -65,3 +65,37 @@ def test_scan_with_several_preparing_processes_gives_the_same_verdicts_and_rejec
     assert verdicts["cn"]["verdict"] == "duplicate" and verdicts["cn"]["duplicate_of"] == "tw"
     e = pickle.loads(pickle.dumps(Rejected("not_json", "line 3")))  # how rejections come back from a worker
     assert (e.reason, e.detail) == ("not_json", "line 3")
+
+
+def test_scan_stops_with_the_error_of_a_preparing_process_that_fails_or_dies(tmp_path, monkeypatch):
+    """``FilePreparers``: an error in a preparing process (a bug, not a rejected line) stops the scan
+    with that process's traceback, and a process killed midway stops it too, instead of a hang."""
+    import os
+    import signal
+
+    from stream_dedup import scan
+    from stream_dedup.config import load_settings
+
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"id": f"d{i}", "text": f"第{i}条短信：周末特价，欢迎光临。", "ts": i}) + "\n"
+                           for i in range(2_000)), encoding="utf-8")
+    settings = load_settings(environ={})
+
+    def broken(preparer, lines):
+        raise OSError("disk on fire")
+
+    with monkeypatch.context() as m:
+        m.setattr(scan, "_prepare_lines", broken)  # the processes are forked: they run it too
+        with pytest.raises(RuntimeError, match="(?s)preparing process 0 failed.*disk on fire"):
+            scan.run_scan(settings, str(src), str(tmp_path / "v.jsonl"), jobs=2, quiet=True)
+
+    prep = scan.FilePreparers(settings, str(src), 2, chunk=8)
+    try:
+        outcomes = prep.outcomes()
+        assert next(outcomes)[0] == 1
+        os.kill(prep.procs[1].pid, signal.SIGKILL)
+        with pytest.raises(RuntimeError, match="preparing process 1 died"):
+            for _ in outcomes:
+                pass
+    finally:
+        prep.close()

@@ -117,3 +117,25 @@ def test_user_dictionary_must_be_utf8(tmp_path):
 def test_unknown_segmenter_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown segmenter"):
         segment.load(None, "nope")
+
+
+def test_a_segmenter_asked_for_by_several_threads_at_once_is_built_once(tmp_path):
+    """``scan`` may ask for the segmenter from two threads; a user dictionary must load once."""
+    import threading
+
+    user = tmp_path / "threads_user.txt"  # a dictionary no other test loads
+    user.write_text("并发专用词 10 n\n", encoding="utf-8")
+    got: list = []
+    start = threading.Barrier(4)
+
+    def ask():
+        start.wait()
+        got.append(segment.load(str(user), "rjieba"))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 4 and all(g is got[0] for g in got)
+    assert "并发专用词" in got[0].lcut("这是并发专用词测试")

@@ -166,3 +166,52 @@ def test_exact_sweep(tmp_path):
     ex.process(b"\x04" * 16, 5000, "b")
     assert ex.sweep(100) == 1
     assert kv.count(b"X") == 1
+
+
+def test_buffered_store_reads_and_writes_like_the_store_across_its_batches(tmp_path):
+    """``Buffered`` (the embedded engine's stores): the same answers as a dict under random puts,
+    deletes and multi-gets, while its batches move the data into RocksDB (a batch every 50 keys)."""
+    import random
+
+    from stream_dedup.core.store import Buffered
+
+    rng = random.Random(3)
+    kv = KVStore(tmp_path / "b")
+    buf = Buffered(kv, max_entries=50, max_bytes=1 << 20)
+    ref: dict[bytes, bytes] = {}
+    assert not buf.on_disk
+    for step in range(3_000):
+        k = b"k%d" % rng.randrange(200)
+        op = rng.random()
+        if op < 0.6:
+            buf[k] = ref[k] = b"v%d" % step
+        elif op < 0.7:
+            if k in ref:
+                del buf[k], ref[k]
+            else:
+                try:
+                    del buf[k]
+                    raise AssertionError("deleted a missing key")
+                except KeyError:
+                    pass
+        else:
+            keys = [b"k%d" % rng.randrange(200) for _ in range(5)]
+            assert buf.get_many(keys) == [ref.get(x) for x in keys]
+            assert buf.get(k) == ref.get(k)
+    assert buf.on_disk and 0 < len(buf.buf) <= 50  # batches went to RocksDB, the latest writes wait
+    assert dict(buf.items()) == ref and not buf.buf  # iterating writes the rest first
+    assert {k: kv[k] for k in kv} == ref
+
+
+def test_buffered_store_bounds_its_memory_by_bytes_and_flushes_into_a_kept_folder(tmp_path):
+    from stream_dedup.core.store import Buffered
+
+    kv = KVStore(tmp_path / "b")
+    buf = Buffered(kv, max_entries=1 << 20, max_bytes=10_000)
+    for i in range(30):
+        buf[b"x%d" % i] = bytes(1_000)
+    assert buf.on_disk and len(buf.buf) < 10  # about every 10 writes of 1 KB went out in a batch
+    buf.flush()
+    kv.close()
+    again = Buffered(KVStore(tmp_path / "b"))
+    assert again.on_disk and again.get(b"x29") == bytes(1_000) and again[b"x0"] == bytes(1_000)
