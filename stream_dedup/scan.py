@@ -92,21 +92,14 @@ def _chunks(lines: Iterable[Line], size: int) -> Iterator[list[Line]]:
         yield chunk
 
 
-def _file_chunks(path: str, size: int) -> Iterator[tuple[int, list[Line]]]:
-    """(bytes read so far, lines) for each run of ``size`` non-empty lines of a file."""
-    with open(path, "rb") as f:
-        read = 0
-        cur: list[Line] = []
-        for lineno, line in enumerate(f, 1):
-            read += len(line)
-            line = line.strip()
-            if line:
-                cur.append((lineno, line))
-                if len(cur) == size:
-                    yield read, cur
-                    cur = []
-        if cur:
-            yield read, cur
+def _lines(f, progress: Callable[[int], None] | None = None) -> Iterator[Line]:
+    """The numbered, stripped, non-empty lines of a binary file; ``progress`` gets each line's bytes."""
+    for lineno, line in enumerate(f, 1):
+        if progress is not None:
+            progress(len(line))
+        line = line.strip()
+        if line:
+            yield lineno, line
 
 
 def _file_worker(settings: Settings, path: str, worker: int, jobs: int, size: int, conn) -> None:
@@ -114,9 +107,11 @@ def _file_worker(settings: Settings, path: str, worker: int, jobs: int, size: in
     from ``worker`` on, and sends each chunk's outcomes, then None (or the traceback of a failure)."""
     try:
         preparer = Preparer(settings)
-        for c, (read, lines) in enumerate(_file_chunks(path, size)):
-            if c % jobs == worker:
-                conn.send_bytes(pickle.dumps((read, _prepare_lines(preparer, lines)), pickle.HIGHEST_PROTOCOL))
+        with open(path, "rb") as f:
+            for c, lines in enumerate(_chunks(_lines(f), size)):
+                if c % jobs == worker:  # f.tell(): the bytes read up to the chunk's last line
+                    conn.send_bytes(pickle.dumps((f.tell(), _prepare_lines(preparer, lines)),
+                                                 pickle.HIGHEST_PROTOCOL))
         conn.send_bytes(pickle.dumps(None))
     except BaseException:  # noqa: BLE001 - handed to the judging process, which stops the scan with it
         conn.send_bytes(pickle.dumps(traceback.format_exc()))
@@ -269,15 +264,7 @@ def _run_scan(settings: Settings, input_path: str, out_path: str, *, state_dir: 
                 outcomes = preparers.outcomes(lambda read: bar.update(read - bar.n))
             else:
                 f = _open_in(input_path)
-
-                def lines(src=f) -> Iterator[Line]:
-                    for lineno, line in enumerate(src, 1):
-                        bar.update(len(line))
-                        line = line.strip()
-                        if line:
-                            yield lineno, line
-
-                outcomes = prepared_in_order(settings, engine.preparer, lines(), jobs)
+                outcomes = prepared_in_order(settings, engine.preparer, _lines(f, bar.update), jobs)
             for lineno, p in outcomes:
                 try:
                     if isinstance(p, Rejected):

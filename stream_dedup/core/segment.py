@@ -126,9 +126,9 @@ _loaded: dict[tuple[str | None, str], Segmenter] = {}
 def load(user_dict: str | None, segmenter: str = "rjieba") -> Segmenter:
     """One segmenter per (user dictionary, kind) and process: loading a dictionary takes 0.1-0.5 s.
 
-    Built under a lock and looked up again inside it: ``scan`` loads the segmenter on a thread while
-    its main thread may ask for it too, and it must be built once (a user dictionary is a second
-    0.1 s otherwise)."""
+    Built under a lock and looked up again inside it, so threads that ask at once (a program that
+    uses the ``Deduper`` from several threads) share one segmenter: the ``lru_cache`` this replaced
+    built one per caller that raced it, a second 0.1 s and a second dictionary each."""
     seg = _loaded.get((user_dict, segmenter))
     if seg is not None:
         return seg
