@@ -53,10 +53,35 @@ def shingle_hashes(text: str, n: int) -> np.ndarray:
     the hash of a shingle depends only on its characters: equal shingles hash equally in every
     document and process. Replaces one Python-level hash call per shingle.
     """
-    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.uint64)
+    codes = _code_points(text)
     if codes.size == 0:
         return np.zeros(0, dtype=np.uint64)
-    n = min(n, codes.size)
+    return _window_hashes(codes, min(n, codes.size))
+
+
+def shingle_hashes_many(texts: list[str], n: int) -> list[np.ndarray]:
+    """``shingle_hashes`` of each text, hashed in one pass over their concatenation.
+
+    Why: a short text has few shingles, so the dozen NumPy calls of ``shingle_hashes`` cost more
+    than the hashing itself (an SMS: ~20 µs). A window's hash depends only on its characters, so the
+    windows of the concatenation that lie inside one text are that text's shingles; the ones that
+    straddle two texts are skipped. Texts shorter than n (one shingle of their own length) are
+    hashed alone. Each text's array is a view into one buffer."""
+    lens = [len(t) for t in texts]
+    cat = _code_points("".join(texts))
+    h = _window_hashes(cat, n) if cat.size >= n else np.zeros(0, dtype=np.uint64)
+    out, start = [], 0
+    for t, length in zip(texts, lens):
+        out.append(h[start:start + length - n + 1] if length >= n else shingle_hashes(t, n))
+        start += length
+    return out
+
+
+def _code_points(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.uint64)
+
+
+def _window_hashes(codes: np.ndarray, n: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         h = np.zeros(codes.size - n + 1, dtype=np.uint64)
         for j in range(n):

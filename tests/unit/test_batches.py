@@ -239,7 +239,8 @@ def test_a_prepared_batch_equals_each_event_prepared_alone():
     assert batched == [alone(r) for r in raws]
     simhashed = sum(1 for b in batched if isinstance(b, bytes) and json.loads(b)["s"] and
                     any(s[0] == 1 for s in json.loads(b)["s"]))
-    assert simhashed > 30 and sum(1 for b in batched if isinstance(b, str)) > 10
+    ngrammed = sum(1 for b in batched if isinstance(b, bytes) and any(s[0] == 2 for s in json.loads(b)["s"]))
+    assert simhashed > 30 and ngrammed > 100 and sum(1 for b in batched if isinstance(b, str)) > 10
 
 
 def test_internal_messages_and_states_are_utf8_json_and_read_old_ascii_records():

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from stream_dedup.config import Settings
-from stream_dedup.core.detectors.ngram import winnow
+from stream_dedup.core.detectors.ngram import winnow, winnow_many
+from stream_dedup.core.hashing import shingle_hashes, shingle_hashes_many
 from stream_dedup.core.minhash import MinHasher, jaccard_estimate
 from stream_dedup.core.stages import Preparer
 
@@ -90,6 +91,40 @@ def test_winnowing_guarantee_any_shared_window_shares_a_key():
                             rng.integers(0, 2**40, size=rng.integers(0, 30), dtype=np.uint64)])
         b = np.concatenate([rng.integers(0, 2**40, size=rng.integers(0, 30), dtype=np.uint64), common])
         assert set(winnow(a, w)) & set(winnow(b, w))
+
+
+def _winnow_one_by_one(hashes: np.ndarray, w: int) -> list[int]:
+    """Winnowing as the definition reads: the leftmost minimum of every window, each position once."""
+    if hashes.size <= w:
+        return [int(hashes.min())] if hashes.size else []
+    pos = sorted({i + int(np.argmin(hashes[i:i + w])) for i in range(hashes.size - w + 1)})
+    return [int(hashes[p]) for p in pos]
+
+
+def test_batched_shingles_and_winnowing_equal_each_text_alone():
+    """``prefetch`` hashes and winnows a batch of texts in one pass over their concatenation: each
+    text must get what it gets alone (windows across two texts skipped, short texts, ties)."""
+    rng = np.random.default_rng(5)
+    texts = [SAMPLE[k]["text"] for k in SAMPLE if k.startswith("sms")] + ["", "短", "一二三", "一二三四"]
+    for _ in range(300):
+        batch = [texts[i] for i in rng.integers(0, len(texts), size=rng.integers(1, 9))]
+        n, w = int(rng.integers(1, 6)), int(rng.integers(1, 14))
+        many = shingle_hashes_many(batch, n)
+        assert [a.tolist() for a in many] == [shingle_hashes(t, n).tolist() for t in batch]
+        cat = np.concatenate(many) % np.uint64(int(rng.choice([5, 1 << 62])))  # few values: many ties
+        sizes = [a.size for a in many]
+        offsets = np.cumsum([0] + sizes)
+        assert winnow_many(cat, sizes, w) == [_winnow_one_by_one(cat[o:o + s], w) for o, s in zip(offsets, sizes)]
+    assert winnow_many(np.zeros(0, dtype=np.uint64), [], 4) == []
+
+
+def test_ngram_keys_of_a_batch_equal_keys_alone(prep):
+    ng = det(prep, "ngram")
+    docs = [doc(prep, e["text"], k) for k, e in SAMPLE.items() if "text" in e and len(e["text"]) < 300]
+    alone = [ng.sketch(doc(prep, d.text, d.id)) for d in docs]
+    ng.prefetch(docs)
+    assert [ng.sketch(d) for d in docs] == alone and all(s is None or s.keys for s in alone)
+    assert sum(1 for s in alone if s is not None) > 5
 
 
 def test_minhash_estimates_jaccard_and_separates_reposts_from_other_articles(prep):
