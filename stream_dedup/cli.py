@@ -7,6 +7,7 @@ environment is missing something (no broker reachable, Maven Central unreachable
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -14,6 +15,7 @@ import click
 from .config import ConfigError, Settings, load_settings
 
 EXIT_PROBLEM, EXIT_USAGE, EXIT_ENV = 1, 2, 3
+_done_with_process = False  # a command that leaves nothing for the interpreter's teardown to do (scan)
 
 
 class Ctx:
@@ -74,6 +76,8 @@ def scan(c: Ctx, input: str, out: str, state: str | None, progress: bool | None,
         click.echo(json.dumps(summary.as_dict()), err=True)
     else:
         click.echo(summary.describe(), err=True)
+    global _done_with_process
+    _done_with_process = True  # the output is closed, the stores closed and their folder removed
 
 
 @main.command("eval")
@@ -223,5 +227,31 @@ def show_config(c: Ctx, reference: bool) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
+def program() -> None:
+    """The ``stream-dedup`` program: ``main``, and after a finished ``scan`` an exit that skips the
+    interpreter's teardown.
+
+    Why: freeing what a scan loaded (the segmenter's dictionary, the IDF table, every module) took
+    0.05 s of a 1.1 s scan of 10,000 SMS, and there is nothing left to save by then: ``scan`` has
+    closed its output and its stores. The standard streams and logging are flushed first."""
+    try:
+        main()
+    except SystemExit as e:
+        if not _done_with_process:
+            raise
+        code = e.code
+    else:  # pragma: no cover - click's standalone mode always exits
+        code = 0
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    os._exit(code if isinstance(code, int) else (0 if code is None else EXIT_PROBLEM))
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    program()
