@@ -41,20 +41,22 @@ def test_scan_as_a_program_delivers_every_verdict_through_a_pipe_before_its_fast
     """``stream-dedup scan`` ends with ``os._exit`` (no interpreter teardown): what it wrote to a
     pipe, far more than a pipe holds, and its summary must all arrive, with exit code 0; a scan that
     fails must still exit non-zero with its error."""
+    import os
     import subprocess
     import sys
 
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # buffered, as most run it
     src = tmp_path / "in.jsonl"
     texts = ["【京东】您的订单{}已发货，请保持电话畅通。", "今晚八点{}号会议室开会，请准时参加。", "尊敬的客户，您的验证码是{}，五分钟内有效。"]
     src.write_text("".join(json.dumps({"id": f"m{i}", "ts": 1_700_000_000_000 + i, "text": texts[i % 3].format(i)},
                                       ensure_ascii=False) + "\n" for i in range(3000)), encoding="utf-8")
     r = subprocess.run([sys.executable, "-m", "stream_dedup.cli", "scan", str(src), "--no-progress"],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     verdicts = [json.loads(line) for line in r.stdout.splitlines()]
     assert len(r.stdout) > 1 << 17 and [v["id"] for v in verdicts] == [f"m{i}" for i in range(3000)]
     assert sum(v["verdict"] == "duplicate" for v in verdicts) > 2000  # three campaigns
     assert "docs 3000" in r.stderr
     r = subprocess.run([sys.executable, "-m", "stream_dedup.cli", "scan", str(tmp_path / "missing.jsonl")],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode != 0 and "missing.jsonl" in r.stderr
