@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, devset, median_run, need_shared, read_jsonl, save, table  # noqa: E402
+from common import REPO, devset, median_run, need_shared, read_jsonl, save, scan_cli, table  # noqa: E402
 
 from stream_dedup.evaluate import evaluate  # noqa: E402
 
@@ -80,8 +79,7 @@ def run_ours(path: Path, tmp: Path, detectors: str | None = None) -> list[dict]:
     env = dict(os.environ)
     if detectors:
         env["STREAM_DEDUP_ENGINE__DETECTORS"] = json.dumps([detectors])
-    subprocess.run([sys.executable, "-m", "stream_dedup.cli", "scan", str(path), "--out", str(out), "--no-progress"],
-                   check=True, cwd=REPO, capture_output=True, env=env)
+    scan_cli(path, out, env=env)
     return read_jsonl(out)
 
 

@@ -12,13 +12,12 @@ without start-up, both ways. Also the share of warm scan time that the default s
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, SHARED, median_time, need_shared, read_jsonl, save, table  # noqa: E402
+from common import SHARED, median_time, need_shared, read_jsonl, save, scan_cli, table  # noqa: E402
 
 
 def main() -> None:
@@ -40,8 +39,7 @@ def main() -> None:
 
     def sub_scan(jobs: int):
         with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run([sys.executable, "-m", "stream_dedup.cli", "scan", str(path), "--out", f"{tmp}/v.jsonl",
-                            "--no-progress", "--jobs", str(jobs)], check=True, cwd=REPO, capture_output=True)
+            scan_cli(path, f"{tmp}/v.jsonl", "--jobs", str(jobs))
 
     cores = default_jobs()
     t_scan_cli = median_time(lambda: sub_scan(1), a.repeat)
