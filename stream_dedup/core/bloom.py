@@ -104,13 +104,22 @@ class DecayingBloom:
             rel -= shift
         return max(1, rel)
 
-    def add(self, digest: bytes, clock: int) -> None:
+    def add(self, digest: bytes, clock: int) -> bool:
+        """Insert; returns what ``maybe_contains`` would have said just before, from the same pass
+        over the cells (the exact stage asks both of every document)."""
+        fresh = self.base is None
         t = self._tick(clock)
+        oldest = max(1, t - self.window_ticks - 1)
         view = self._view
+        maybe = not fresh
         for p in self._positions(digest):
-            if view[p] < t:
+            c = view[p]
+            if c < oldest:
+                maybe = False
+            if c < t:
                 view[p] = t
         self.inserted += 1
+        return maybe
 
     def maybe_contains(self, digest: bytes, clock: int) -> bool:
         """False: certainly not inserted within the window around ``clock``. True: maybe."""

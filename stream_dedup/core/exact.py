@@ -61,7 +61,7 @@ class ExactStore:
         me = (ts, ident)
         key = b"X" + digest
         raw = None
-        if self.bloom.maybe_contains(digest, ts):
+        if self.bloom.add(digest, ts):  # it was maybe there: the store says whether it was
             raw = self.data.get(key)
             if not raw:
                 self.bloom_fp += 1
@@ -78,7 +78,6 @@ class ExactStore:
                 out = ExactOutcome(first=False, original=(cts, cid))
                 break
             out.revise.append((cts, cid))
-        self.bloom.add(digest, ts)
         new = merge_entry(raw, (ts, ident, b""), self.watermark - self.window, self.max_members)
         if new != raw:
             self.data[key] = new

@@ -38,6 +38,7 @@ from .detectors.base import Match
 # stay under P: a document has 32 band keys and its signature is stored once per partition.
 INLINE_MAX = 192
 _HEAD = struct.Struct(">qHH")  # ts, id length, inline payload length
+_BUCKET_KEY = struct.Struct(">cBQ")  # b"B" | det(1) | key(8)
 Verify = Callable[[bytes, bytes], Match | None]
 Entry = tuple[int, str, bytes]  # ts, id, inline payload (b"" when stored under P)
 
@@ -136,7 +137,7 @@ class BucketIndex:
 
     @staticmethod
     def bucket_key(det: int, key: int) -> bytes:
-        return b"B" + bytes([det]) + key.to_bytes(8, "big")
+        return _BUCKET_KEY.pack(b"B", det, key)
 
     @staticmethod
     def payload_key(det: int, ident: str) -> bytes:

@@ -25,6 +25,28 @@ def test_no_false_negatives_inside_the_window(events):
         assert f.maybe_contains(d, max(0, t - lag))
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 4 * WINDOW)), min_size=1, max_size=200))
+def test_add_answers_what_maybe_contains_said_just_before(events):
+    """The exact stage asks ``add`` alone: it must answer as ``maybe_contains`` would have, for repeated
+    and new digests, in and out of the window, in any time order (a tiny filter: many collisions)."""
+    f = DecayingBloom(BloomShape(64, 7), WINDOW)
+    twin = DecayingBloom(BloomShape(64, 7), WINDOW)
+    pool = [digest() for _ in range(8)]
+    answers = []
+    for i, t in events:
+        answers.append(twin.maybe_contains(pool[i], t))
+        twin.add(pool[i], t)
+        assert f.add(pool[i], t) == answers[-1]
+    assert (f.cells == twin.cells).all()
+
+
+def test_add_says_whether_the_digest_was_maybe_there():
+    f, d = DecayingBloom.for_capacity(100, 0.01, WINDOW), digest()
+    assert f.add(d, 5) is False and f.add(d, 6) is True
+    assert f.add(d, 6 + 3 * WINDOW) is False  # out of the window: as if new
+
+
 def test_measured_false_positive_rate_within_the_configured_bound():
     n, p = 20_000, 0.01
     f = DecayingBloom.for_capacity(n, p, WINDOW)
