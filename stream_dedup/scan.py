@@ -128,20 +128,14 @@ class FilePreparers:
     process reads the file itself and takes every ``jobs``-th chunk of ``chunk`` lines, so nothing is
     sent to it; the judging process reads chunk c from process c % jobs, on its own thread. A full
     pipe stops a process that runs ahead, so memory stays bounded. The processes start before the
-    stores are opened, and load the rest of what preparing needs while they open."""
+    stores are opened, and load what preparing needs (the segmenter, the IDF table) while they open."""
 
     def __init__(self, settings: Settings, path: str, jobs: int, chunk: int = 32):
         import multiprocessing as mp
 
-        from .core.tokenize import WordTokenizer
-
-        method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-        if method == "fork":
-            # the judging process segments too (the n-gram detector verifies short texts by their
-            # words): it loads the segmenter before the fork, and the preparing processes inherit it
-            # instead of each building the dictionary again (0.07 s)
-            WordTokenizer.from_settings(settings.text).words("预热分词词典")
-        ctx = mp.get_context(method)
+        # the segmenter's dictionary (0.1 s) is loaded by each preparing process, while this one
+        # opens the stores: judging never segments (the n-gram payload carries its words)
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         self.conns = []
         self.procs = []
         for w in range(jobs):
@@ -209,6 +203,15 @@ def prepared_in_order(settings: Settings, preparer: Preparer, lines: Iterable[Li
             yield from flight.popleft().get()
 
 
+def _count_lines(path: str) -> int:
+    """Lines of a file (the last one may lack its newline): a bound on the documents it holds."""
+    n = 1
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+    return n
+
+
 @contextmanager
 def _fewer_collections() -> Iterator[None]:
     """The cyclic garbage collector frozen at what is loaded, and run less often, while a scan runs.
@@ -256,7 +259,7 @@ def _run_scan(settings: Settings, input_path: str, out_path: str, *, state_dir: 
     engine: Engine | None = None
     order: list[str] = []
     try:
-        engine = Engine(settings, state_dir)
+        engine = Engine(settings, state_dir, most_docs=None if input_path == "-" else _count_lines(input_path))
         bar = tqdm(total=total, unit="B", unit_scale=True, desc="scan", disable=not progress, file=sys.stderr)
         f = None
         try:
@@ -287,6 +290,7 @@ def _run_scan(settings: Settings, input_path: str, out_path: str, *, state_dir: 
             if f is not None and f is not sys.stdin.buffer:
                 f.close()
         out = sys.stdout if out_path == "-" else open(out_path, "w", encoding="utf-8")
+        encode = json.JSONEncoder(ensure_ascii=False).encode  # one encoder: json.dumps builds one per call
         try:
             for ident in order:
                 v = engine.verdict(ident)
@@ -299,7 +303,7 @@ def _run_scan(settings: Settings, input_path: str, out_path: str, *, state_dir: 
                 else:
                     summary.near += 1
                     summary.by_detector[v.detector or "?"] += 1
-                out.write(json.dumps(v.to_dict(), ensure_ascii=False) + "\n")
+                out.write(encode(v.to_dict()) + "\n")
         finally:
             if out is not sys.stdout:
                 out.close()
@@ -308,7 +312,7 @@ def _run_scan(settings: Settings, input_path: str, out_path: str, *, state_dir: 
                 for c in sorted(engine.clusters(), key=lambda c: (-c.size, c.ts or 0, c.id)):
                     summary.clusters += 1
                     summary.largest_cluster = max(summary.largest_cluster, c.size)
-                    cf.write(json.dumps(c.to_dict(), ensure_ascii=False) + "\n")
+                    cf.write(encode(c.to_dict()) + "\n")
     finally:
         if preparers is not None:
             preparers.close()

@@ -23,7 +23,12 @@ if TYPE_CHECKING:
 class Engine:
     EXPIRE_EVERY = 50_000
 
-    def __init__(self, settings: "Settings", state_dir: str | Path | None = None):
+    def __init__(self, settings: "Settings", state_dir: str | Path | None = None, *, most_docs: int | None = None):
+        """``most_docs``: an upper bound on the documents this engine will see, when the caller knows
+        one (``scan`` of a file: its lines). A fresh engine then sizes its Bloom filter for no more
+        than that: the configured capacity (1M documents, 38 MB) is touched at random, a page fault
+        per page, which cost a 10,000-SMS scan ~0.08 s; 10,000 fit in 0.4 MB, in cache. A kept
+        state folder keeps the configured size (its filter is refilled from the store)."""
         self.settings = settings
         self._tmp = None
         if state_dir is None:
@@ -34,7 +39,10 @@ class Engine:
         self.preparer = Preparer(settings)
         self.exact_kv = Buffered(KVStore(self.state_dir / "exact"))
         self.index_kv = Buffered(KVStore(self.state_dir / "index"))
-        self.exact = ExactStore(self.exact_kv, self.window, bloom_capacity=settings.engine.bloom_capacity,
+        capacity = settings.engine.bloom_capacity
+        if most_docs is not None and self._tmp is not None:
+            capacity = max(1, min(capacity, most_docs))
+        self.exact = ExactStore(self.exact_kv, self.window, bloom_capacity=capacity,
                                 bloom_fp_rate=settings.engine.bloom_fp_rate, prefault=False)
         self.exact.rebuild_bloom()  # a kept --state folder: the filter comes back from the store
         self.index = IndexStage(BucketIndex(self.index_kv, window=self.window), self.preparer.detectors)

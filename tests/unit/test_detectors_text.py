@@ -49,7 +49,10 @@ def test_ngram_keeps_reworded_questions_apart(prep):
     assert ng.verify(a.payload, b.payload) is None
 
 
-def test_ngram_segments_only_the_texts_it_verifies_and_reads_old_payloads(prep):
+def test_ngram_payload_carries_its_words_so_verify_never_segments_and_old_payloads_still_read(prep):
+    """The stateful stage verifies; it must not need the segmenter: the words travel in the payload
+    (sketching segments). A payload of the previous version (word count 0, then the skeleton) is
+    still verified, by segmenting its skeleton, with the same answer."""
     import struct
 
     import mmh3
@@ -68,18 +71,23 @@ def test_ngram_segments_only_the_texts_it_verifies_and_reads_old_payloads(prep):
         a = ng.sketch(doc(prep, SAMPLE["sms-0"]["text"]))
         b = ng.sketch(doc(prep, SAMPLE["sms-0"]["text"].replace("五折", "六折")))
         short = ng.sketch(doc(prep, "回复TD退订"))
-        assert calls == []  # sketching found keys without jieba
-        assert ng.verify(a.payload, short.payload) is None and calls == []  # lengths alone turn it down
-        assert ng.verify(a.payload, b.payload) is not None and len(calls) == 2
-        assert ng.verify(b.payload, a.payload) is not None and len(calls) == 2  # word sets cached
+        assert len(calls) == 3  # one segmentation per sketch
+        sk = ng._skeleton_of(a.payload)
+        (n,) = struct.unpack_from(">H", a.payload)
+        assert n == len(set(tokenizer.words(sk))) > 3
+        assert set(struct.unpack_from(f">{n}I", a.payload, 2)) == {mmh3.hash(w, signed=False) for w in tokenizer.words(sk)}
+        calls.clear()
+        assert ng.verify(a.payload, short.payload) is None  # lengths alone turn it down
+        assert ng.verify(a.payload, b.payload) is not None and ng.verify(b.payload, a.payload) is not None
+        other = ng.sketch(doc(prep, SAMPLE["sms-2"]["text"]))
+        calls.clear()
+        assert ng.verify(a.payload, other.payload) is None
+        assert calls == []  # verifying never segments a payload that carries its words
+        old = struct.pack(">H", 0) + sk.encode("utf-8")  # the previous version's payload
+        assert ng._skeleton_of(old) == sk
+        assert ng.verify(old, b.payload) == ng.verify(a.payload, b.payload) and calls == [sk]
     finally:
         ng.tokenizer = tokenizer
-    # the payload of earlier versions: word-hash count, the hashes, then the skeleton
-    sk = ng._skeleton_of(a.payload)
-    hashes = sorted({mmh3.hash(w, signed=False) for w in prep.tokenizer.words(sk)})
-    old = struct.pack(f">H{len(hashes)}I", len(hashes), *hashes) + sk.encode("utf-8")
-    assert ng._skeleton_of(old) == sk
-    assert ng.verify(old, b.payload) == ng.verify(a.payload, b.payload)
 
 
 def test_winnowing_guarantee_any_shared_window_shares_a_key():

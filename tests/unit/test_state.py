@@ -3,7 +3,7 @@ import os
 
 from stream_dedup.core.detectors.base import Match
 from stream_dedup.core.exact import ExactStore
-from stream_dedup.core.index import BucketIndex, pack_entries, unpack_entries
+from stream_dedup.core.index import INLINE_MAX, BucketIndex, pack_entries, unpack_entries
 from stream_dedup.core.store import KVStore
 
 W = 1_000_000
@@ -56,7 +56,7 @@ def test_index_finds_the_earliest_match_and_late_matches(tmp_path):
 def test_index_large_payloads_are_stored_once(tmp_path):
     kv = KVStore(tmp_path / "i")
     idx = BucketIndex(kv, window=W)
-    big = bytes(range(200))
+    big = bytes(i % 256 for i in range(INLINE_MAX + 8))
     idx.insert(3, "a", 1, big, (1, 2, 3))
     assert kv.count(b"P") == 1 and kv.count(b"B") == 3
     assert all(len(v) < 40 for k, v in kv.items() if k[:1] == b"B")
@@ -67,7 +67,7 @@ def test_index_prunes_on_write_and_sweeps(tmp_path):
     kv = KVStore(tmp_path / "i")
     idx = BucketIndex(kv, window=500)
     for i in range(100):
-        idx.insert(1, f"d{i}", i * 10, bytes(300), (i % 7, 1000 + i))
+        idx.insert(1, f"d{i}", i * 10, bytes(INLINE_MAX + 100), (i % 7, 1000 + i))
     # every write pruned its buckets to the window behind the newest event (990 - 500)
     for key in range(7):
         last_write = max(i for i in range(100) if i % 7 == key) * 10
@@ -76,8 +76,8 @@ def test_index_prunes_on_write_and_sweeps(tmp_path):
     assert idx.sweep(800) > 0
     assert all(e[0] >= 800 for k, v in kv.items() if k[:1] == b"B" for e in unpack_entries(v))
     assert kv.count(b"P") == 20  # payloads of swept documents are gone too
-    assert idx.probe(1, "q", 1000, bytes(300), (1000,), same).earliest is None  # d0 expired
-    assert idx.probe(1, "q", 1000, bytes(300), (1099,), same).earliest.id == "d99"
+    assert idx.probe(1, "q", 1000, bytes(INLINE_MAX + 100), (1000,), same).earliest is None  # d0 expired
+    assert idx.probe(1, "q", 1000, bytes(INLINE_MAX + 100), (1099,), same).earliest.id == "d99"
 
 
 def test_index_window_limits_matches(tmp_path):
@@ -108,7 +108,7 @@ def test_probe_insert_equals_probe_then_insert_over_rocksdb_and_a_dict(tmp_path)
     import random
 
     rng = random.Random(8)
-    docs = [(f"d{i}", rng.randrange(0, 10_000), rng.choice([b"P", b"Q", b"R", bytes(250)]),
+    docs = [(f"d{i}", rng.randrange(0, 10_000), rng.choice([b"P", b"Q", b"R", bytes(INLINE_MAX + 50)]),
              tuple(rng.sample(range(12), 3))) for i in range(400)]
     docs.append(docs[5])  # a replay
     for one_read in (KVStore(tmp_path / "a"), {}):
