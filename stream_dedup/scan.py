@@ -67,7 +67,25 @@ _worker_preparer: list[Preparer] = []  # the preparer of a ``--jobs`` pool proce
 
 
 def _init_worker(settings: Settings) -> None:
+    _yield_to_judging()
     _worker_preparer[:] = [Preparer(settings)]  # forked: jieba and the IDF table are already loaded
+
+
+PREPARE_NICENESS = 5
+
+
+def _yield_to_judging() -> None:
+    """Lower this preparing process's priority a little (nice +5).
+
+    Why: every document waits for the judging process, which is one process on one core; where
+    the cores are fewer than the processes (two preparing and one judging on this 2-core machine)
+    the scheduler otherwise shares them evenly and preempts the judge. The preparing processes
+    still get every cycle it leaves idle (a news scan is bound by them, and keeps its speed).
+    SMS scan -j 2, 12 alternating runs each: 1.20 s median, 1.11 s niced."""
+    try:
+        os.nice(PREPARE_NICENESS)
+    except OSError:  # not permitted here: same speed, only less fair to the judge
+        pass
 
 
 def _prepare_chunk(chunk: list[Line]) -> list[Outcome]:
@@ -106,6 +124,7 @@ def _file_worker(settings: Settings, path: str, worker: int, jobs: int, size: in
     """A preparing process of ``FilePreparers``: reads the whole file, prepares every ``jobs``-th chunk
     from ``worker`` on, and sends each chunk's outcomes, then None (or the traceback of a failure)."""
     try:
+        _yield_to_judging()
         preparer = Preparer(settings)
         with open(path, "rb") as f:
             for c, lines in enumerate(_chunks(_lines(f), size)):
