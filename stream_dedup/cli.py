@@ -222,7 +222,7 @@ def show_config(c: Ctx, reference: bool) -> None:
 
         click.echo(reference_markdown())
         return
-    data = c.settings.model_dump(mode="json")
+    data = c.settings.as_dict()
     data["kafka"]["client"] = c.settings.kafka.redacted_client()
     click.echo(json.dumps(data, indent=2, ensure_ascii=False))
 

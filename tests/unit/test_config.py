@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from stream_dedup.config import ConfigError, load_settings
@@ -33,12 +35,28 @@ def test_kafka_bootstrap_env_is_the_default():
     ({"STREAM_DEDUP_SIMHASH__BANDS": "3x7"}, "simhash.bands"),
     ({"STREAM_DEDUP_KAFKA__BOOTSTRAP": "nohostport"}, "kafka.bootstrap"),
     ({"STREAM_DEDUP_SIMHASH__NOPE": "1"}, "simhash.nope"),
+    ({"STREAM_DEDUP_NOPE": "1"}, "nope: "),
+    ({"STREAM_DEDUP_ENGINE__DETECTORS": "[1]"}, "engine.detectors.0"),
+    ({"STREAM_DEDUP_TEXT__IDF": "5"}, "text.idf"),
+    ({"STREAM_DEDUP_WORKER__INJECT_DELAY": "index:x"}, "worker.inject_delay"),
 ])
 def test_errors_name_the_setting_and_its_source(env, needle):
     with pytest.raises(ConfigError) as e:
         load_settings(environ=env)
     assert needle in str(e.value)
     assert next(iter(env)) in str(e.value)
+
+
+def test_values_convert_to_their_types_and_a_file_error_names_the_file(tmp_path):
+    s = load_settings(environ={"STREAM_DEDUP_TEXT__IDF": "/tmp/idf.bin", "STREAM_DEDUP_NGRAM__THRESHOLD": "1",
+                               "STREAM_DEDUP_ENGINE__DETECTORS": '["ngram", "simhash"]'})
+    assert s.text.idf == Path("/tmp/idf.bin") and s.ngram.threshold == 1.0 and isinstance(s.ngram.threshold, float)
+    assert s.engine.detectors == ["ngram", "simhash"] and s.as_dict()["text"]["idf"] == "/tmp/idf.bin"
+    p = tmp_path / "c.toml"
+    p.write_text("[ngram]\nthreshold = 0\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        load_settings(p, environ={})
+    assert "ngram.threshold" in str(e.value) and f"(in {p})" in str(e.value)
 
 
 def test_bad_toml_file(tmp_path):
@@ -53,11 +71,11 @@ def test_bad_toml_file(tmp_path):
 def test_readme_configuration_reference_is_generated_from_the_model():
     from pathlib import Path
 
-    from stream_dedup.config import Settings, reference_markdown
+    from stream_dedup.config import Settings, fields, reference_markdown
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     block = readme.split("<!-- config-reference:start -->\n")[1].split("\n<!-- config-reference:end -->")[0]
     assert block == reference_markdown(), "README is stale: paste `stream-dedup config --reference`"
-    for section, field in Settings.model_fields.items():
-        for name, f in field.annotation.model_fields.items():
-            assert f.description, f"{section}.{name} has no description"
+    for section, model, _, _ in fields(Settings):
+        for name, _, _, description in fields(model):
+            assert description, f"{section}.{name} has no description"
