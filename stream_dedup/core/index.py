@@ -25,6 +25,7 @@ Every write is idempotent: replaying a probe leaves the same bytes.
 """
 from __future__ import annotations
 
+import bisect
 import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -63,6 +64,10 @@ def unpack_entries(data: bytes) -> list[Entry]:
         out.append((ts, ident, data[pos:pos + pl]))
         pos += pl
     return out
+
+
+def _order(entry: Entry) -> tuple[int, str]:
+    return entry[0], entry[1]
 
 
 @lru_cache(maxsize=512)
@@ -171,19 +176,29 @@ class BucketIndex:
         me = (ts, ident)
         lo, hi = ts - self.window, ts + self.window
         res = ProbeResult()
+        best: tuple[int, str] | None = None  # res.earliest's (ts, id)
         seen: dict[tuple[int, str], Match | None] = {}
         for raw in raws.values():
             if not raw:
                 continue
-            for cts, cid, inline in _entries(raw):
+            entries = _entries(raw)
+            i, n = 0, len(entries)
+            while i < n:
+                cts, cid, inline = entries[i]
+                i += 1
                 cand = (cts, cid)
                 if cts < lo or cid == ident:
                     continue
                 if cts > hi:
                     break
                 earlier = cand < me
-                if earlier and res.earliest is not None and cand >= res.earliest.order:
-                    continue  # cannot beat what another bucket found
+                if earlier and best is not None and cand >= best:
+                    # no entry from here up to this document can beat what was found: go on after
+                    # it (a campaign's bucket holds hundreds of entries, walked one by one before)
+                    if not late:
+                        break
+                    i = bisect.bisect_right(entries, me, i, n, key=_order)
+                    continue
                 if not earlier and not late:
                     break
                 if cand in seen:
@@ -195,7 +210,7 @@ class BucketIndex:
                 if m is None:
                     continue
                 if earlier:
-                    res.earliest = Found(cts, cid, m)
+                    res.earliest, best = Found(cts, cid, m), cand
                 elif all(f.order != cand for f in res.later):
                     res.later.append(Found(cts, cid, m))
         res.later.sort(key=lambda f: f.order)

@@ -278,8 +278,9 @@ def exact_stage(store: ExactStore, p: Prepared, partitions: int) -> tuple[list[T
     if out.first:
         probes = route_probes(p, partitions)
         msgs.append(ToDecide("expect", p.id, p.ts, None, expected=len(probes), rank=p.rank, snippet=p.snippet))
-        me = Candidate(p.ts, p.id, "exact", "exact", 1.0, 0, -1)
-        msgs += [ToDecide("offer", ident, ts, me) for ts, ident in out.revise]
+        if out.revise:  # later copies seen before this original
+            me = Candidate(p.ts, p.id, "exact", "exact", 1.0, 0, -1)
+            msgs += [ToDecide("offer", ident, ts, me) for ts, ident in out.revise]
     else:
         assert out.original is not None
         msgs.append(ToDecide("expect", p.id, p.ts, Candidate(out.original[0], out.original[1], "exact", "exact",

@@ -53,6 +53,27 @@ def test_index_finds_the_earliest_match_and_late_matches(tmp_path):
     assert idx.probe(1, "z", 10, b"P", (9,), same).earliest is None
 
 
+def test_a_long_bucket_is_not_walked_past_the_earliest_match_yet_late_matches_are_found():
+    """A campaign's bucket: once the earliest match is known, the entries up to the probing document
+    are skipped (not verified), and those after it are still verified for late matches."""
+    idx = BucketIndex({}, window=W)
+    for i in range(300):  # payload P verifies, Q does not
+        idx.insert(1, f"e{i:03d}", 1000 + i, b"P" if i in (5, 40) else b"Q", (7, 8))
+    for i in range(20):
+        idx.insert(1, f"l{i:02d}", 5000 + i, b"P" if i in (3, 11) else b"Q", (8,))
+    calls = []
+
+    def counting(a, b):
+        calls.append(b)
+        return same(a, b)
+
+    r = idx.probe(1, "me", 2000, b"P", (7, 8), counting)
+    assert (r.earliest.ts, r.earliest.id) == (1005, "e005")
+    assert [(f.ts, f.id) for f in r.later] == [(5003, "l03"), (5011, "l11")]
+    assert len(calls) == 6 + 20  # e000..e005 once (bucket 8 skips them: seen or no better), then l00..l19
+    assert idx.probe(1, "me", 2000, b"P", (7, 8), same, late=False).later == []
+
+
 def test_index_large_payloads_are_stored_once(tmp_path):
     kv = KVStore(tmp_path / "i")
     idx = BucketIndex(kv, window=W)

@@ -103,6 +103,7 @@ class NgramDetector(Detector):
         # original is verified against every later copy (a payload's words are decoded, or for a
         # count of 0 segmented, once while it is among the 1,024 most recent)
         self._words_of = lru_cache(maxsize=1024)(self._word_hashes)
+        self._skeleton_cached = lru_cache(maxsize=1024)(self._skeleton_of)  # decoded once per probe, not per candidate
         self._cache_key = f"ngram#{id(self)}"  # this detector's prefetched keys in Doc.cache
 
     def applies(self, doc: "Doc") -> bool:
@@ -155,7 +156,7 @@ class NgramDetector(Detector):
         return frozenset(mmh3.hash(w, signed=False) for w in self._segment(p[2:].decode("utf-8")))
 
     def verify(self, a: bytes, b: bytes) -> Match | None:
-        ska, skb = self._skeleton_of(a), self._skeleton_of(b)
+        ska, skb = self._skeleton_cached(a), self._skeleton_cached(b)
         la, lb = len(ska), len(skb)
         if self.edit_threshold:
             # edit distance >= the length difference, so similarity <= shorter / longer
