@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import tomllib
 from pathlib import Path
 import re
 import typing
@@ -247,6 +246,8 @@ def load_settings(path: str | Path | None = None, environ: dict[str, str] | None
     if path is None and environ.get("STREAM_DEDUP_CONFIG"):
         path = environ["STREAM_DEDUP_CONFIG"]
     if path is not None:
+        import tomllib  # here: most runs have no file, and every command's start-up pays for imports
+
         p = Path(path)
         try:
             data = tomllib.loads(p.read_text(encoding="utf-8"))

@@ -249,6 +249,24 @@ def _fewer_collections() -> Iterator[None]:
         gc.unfreeze()
 
 
+def _progress_bar(total: int | None):
+    from tqdm import tqdm  # only when shown: its import is 13 ms of every scan's start-up
+
+    return tqdm(total=total, unit="B", unit_scale=True, desc="scan", file=sys.stderr)
+
+
+class _NoBar:
+    """What the scan loop asks of a progress bar, when none is shown."""
+
+    n = 0
+
+    def update(self, k: int) -> None:
+        self.n += k
+
+    def close(self) -> None:
+        pass
+
+
 def default_jobs() -> int:
     """One preparing process per core (the stores' own work runs alongside, in this process)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -266,8 +284,6 @@ def run_scan(settings: Settings, input_path: str, out_path: str = "-", *, state_
 
 def _run_scan(settings: Settings, input_path: str, out_path: str, *, state_dir: str | None, progress: bool,
               report_bad: TextIO | None, quiet: bool, clusters_path: str | None, jobs: int) -> ScanSummary:
-    from tqdm import tqdm
-
     summary = ScanSummary()
     if report_bad is None and not quiet:
         report_bad = sys.stderr
@@ -279,7 +295,7 @@ def _run_scan(settings: Settings, input_path: str, out_path: str, *, state_dir: 
     order: list[str] = []
     try:
         engine = Engine(settings, state_dir, most_docs=None if input_path == "-" else _count_lines(input_path))
-        bar = tqdm(total=total, unit="B", unit_scale=True, desc="scan", disable=not progress, file=sys.stderr)
+        bar = _progress_bar(total) if progress else _NoBar()
         f = None
         try:
             if preparers is not None:
