@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
 _KEY_MASK = (1 << 62) - 1
 _COUNT = struct.Struct(">H")
-_MARK = _COUNT.pack(0)
 
 
 def winnow(hashes: np.ndarray, w: int) -> list[int]:
