@@ -257,9 +257,9 @@ def main() -> None:
         ap.error("--profile needs py-spy: pip install -e '.[bench]'")
     need_shared()
     started = False
+    broker_env = dict(os.environ, KAFKA_PORT="19192")  # no KAFKA_BOOTSTRAP: kafka.sh leaves a named cluster alone
     if not os.environ.get("KAFKA_BOOTSTRAP"):
-        env = dict(os.environ, KAFKA_PORT="19192")
-        subprocess.run([str(REPO / "deploy/kafka/kafka.sh"), "start", "--fresh"], check=True, env=env)
+        subprocess.run([str(REPO / "deploy/kafka/kafka.sh"), "start", "--fresh"], check=True, env=broker_env)
         os.environ["KAFKA_BOOTSTRAP"] = "127.0.0.1:19192"
         started = True
     tmp = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
@@ -299,7 +299,8 @@ def main() -> None:
                 print(rows[-1], flush=True)
     finally:
         if started:
-            subprocess.run([str(REPO / "deploy/kafka/kafka.sh"), "stop"], env=dict(os.environ, KAFKA_PORT="19192"))
+            # not os.environ, which names the broker by now: kafka.sh would leave it running
+            subprocess.run([str(REPO / "deploy/kafka/kafka.sh"), "stop"], env=broker_env)
         shutil.rmtree(tmp, ignore_errors=True)
     text = table(["kind", "workers", "events", "answered", "events/s", "events/s runs", "latency p50 ms",
                   "latency p99 ms", "p99 runs", "scan events/s", "kafka/scan", "internal msgs/event", "changelog msgs/event",
