@@ -104,12 +104,16 @@ class DecayingBloom:
             rel -= shift
         return max(1, rel)
 
+    def _oldest(self, tick: int) -> int:
+        """The smallest cell value still inside the window at ``tick`` (0 is never inserted)."""
+        return max(1, tick - self.window_ticks - 1)
+
     def add(self, digest: bytes, clock: int) -> bool:
         """Insert; returns what ``maybe_contains`` would have said just before, from the same pass
         over the cells (the exact stage asks both of every document)."""
         fresh = self.base is None
         t = self._tick(clock)
-        oldest = max(1, t - self.window_ticks - 1)
+        oldest = self._oldest(t)
         view = self._view
         maybe = not fresh
         for p in self._positions(digest):
@@ -125,14 +129,14 @@ class DecayingBloom:
         """False: certainly not inserted within the window around ``clock``. True: maybe."""
         if self.base is None:
             return False
-        oldest = max(1, self._tick(clock) - self.window_ticks - 1)
+        oldest = self._oldest(self._tick(clock))
         view = self._view
         return all(view[p] >= oldest for p in self._positions(digest))
 
     def live_fraction(self, clock: int) -> float:
         if self.base is None:
             return 0.0
-        oldest = max(1, self._tick(clock) - self.window_ticks - 1)
+        oldest = self._oldest(self._tick(clock))
         return float(np.count_nonzero(self.cells >= oldest)) / self.shape.cells
 
     def estimated_fp_rate(self, clock: int) -> float:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from itertools import filterfalse
 from pathlib import Path
 from typing import Protocol
 
@@ -34,6 +35,7 @@ _HMM_SKIP = re.compile(r"([a-zA-Z0-9]+(?:\.\d+)?%?)")
 _JOINERS = re.compile(r"[+#&._%\-]")  # a block without them cannot hold a token that _HMM_SKIP would split
 _HAN_CHAR = re.compile(r"[\u4E00-\u9FD5]")
 _WORD_CHAR = re.compile(r"\w")
+_NON_WORD_JOINERS = "+#&.%-"  # the joiners that are not word characters ("_" is one)
 
 SEGMENTERS = ("rjieba", "jieba")
 
@@ -75,9 +77,17 @@ class JiebaRs:
         words = self._cut(block)
         if _JOINERS.search(block) is None:
             return words
+        # a block's characters are Han, ASCII letters and digits, and the joiners: a token without a
+        # joiner (``isalnum``) is Han or one _HMM_SKIP match, whole either way. The tokens with one
+        # are found by a loop in C (``filterfalse``); most blocks have none to split (an SMS skeleton's
+        # joiners are the "#" of its numbers, tokens of their own), and the tokens are returned as cut
+        split = {w for w in set(filterfalse(str.isalnum, words))
+                 if len(w) > 1 and _HAN_CHAR.search(w) is None and not self._is_word(w)}
+        if not split:
+            return words
         out: list[str] = []
         for w in words:
-            if len(w) > 1 and _HAN_CHAR.search(w) is None and not self._is_word(w):
+            if w in split:
                 out.extend(p for p in _HMM_SKIP.split(w) if p)
             else:
                 out.append(w)
@@ -114,10 +124,13 @@ class JiebaRs:
                 if _JOINERS.search(block) is None:
                     out.extend(self._cut(block))
                 else:
-                    out.extend(w for w in self._han(block) if _WORD_CHAR.search(w) is not None)
+                    ws = self._han(block)
+                    # no word character: only joiners ("_" is one); looked at once per distinct token
+                    drop = {w for w in set(filterfalse(str.isalnum, ws)) if not w.strip(_NON_WORD_JOINERS)}
+                    out.extend(filterfalse(drop.__contains__, ws) if drop else ws)
             else:
                 out.extend(_WORD_CHAR.findall(block))
-        return [w for w in out if w not in stopwords]
+        return list(filterfalse(stopwords.__contains__, out))
 
 
 _loaded: dict[tuple[str | None, str], Segmenter] = {}

@@ -48,19 +48,20 @@ def test_scan_with_several_preparing_processes_gives_the_same_verdicts_and_rejec
              json.dumps({"id": "tw", "text": "新浪體育訊　北京時間４月１２日，湖人隊擊敗國王。", "ts": 9}),
              json.dumps({"id": "cn", "text": "新浪体育讯北京时间4月12日,湖人队击败国王.", "ts": 10})]
     src = tmp_path / "in.jsonl"
-    src.write_text("\n".join(lines[:12] + extra[:2] + lines[12:] * 3 + extra[2:]) + "\n", encoding="utf-8")
+    src.write_text("\n".join(lines[:12] + extra[:2] + lines[12:] * 5 + extra[2:]) + "\n", encoding="utf-8")
+    assert len(src.read_text(encoding="utf-8").splitlines()) > 2 * 32  # every process gets a chunk
     runs = {}
-    for jobs in (1, 2):
+    for jobs in (1, 2, 3):  # 3: a chain of forks (each preparing process forks the next)
         bad = io.StringIO()
         summary = run_scan(load_settings(environ={}), str(src), str(tmp_path / f"v{jobs}.jsonl"), jobs=jobs,
                            report_bad=bad, clusters_path=str(tmp_path / f"c{jobs}.jsonl"))
         runs[jobs] = ((tmp_path / f"v{jobs}.jsonl").read_text(encoding="utf-8"),
                       (tmp_path / f"c{jobs}.jsonl").read_text(encoding="utf-8"), bad.getvalue(), summary.as_dict())
-    assert runs[1][:3] == runs[2][:3]
-    one, two = runs[1][3], runs[2][3]
-    for d in (one, two):
+    assert runs[1][:3] == runs[2][:3] == runs[3][:3]
+    one, two, three = runs[1][3], runs[2][3], runs[3][3]
+    for d in (one, two, three):
         d.pop("seconds"), d.pop("docs_per_s")
-    assert one == two and one["rejected"] == 2 and one["reasons"] == {"not_json": 1, "id_conflict": 1}
+    assert one == two == three and one["rejected"] == 2 and one["reasons"] == {"not_json": 1, "id_conflict": 1}
     verdicts = {v["id"]: v for v in map(json.loads, runs[2][0].splitlines())}
     assert verdicts["cn"]["verdict"] == "duplicate" and verdicts["cn"]["duplicate_of"] == "tw"
     e = pickle.loads(pickle.dumps(Rejected("not_json", "line 3")))  # how rejections come back from a worker
@@ -69,7 +70,8 @@ def test_scan_with_several_preparing_processes_gives_the_same_verdicts_and_rejec
 
 def test_scan_stops_with_the_error_of_a_preparing_process_that_fails_or_dies(tmp_path, monkeypatch):
     """``FilePreparers``: an error in a preparing process (a bug, not a rejected line) stops the scan
-    with that process's traceback, and a process killed midway stops it too, instead of a hang."""
+    with that process's traceback, and a process killed midway stops it too, instead of a hang (the
+    second process is forked by the first: only the judging process holds its pipe's reading end)."""
     import os
     import signal
 
@@ -92,8 +94,11 @@ def test_scan_stops_with_the_error_of_a_preparing_process_that_fails_or_dies(tmp
     prep = scan.FilePreparers(settings, str(src), 2, chunk=8)
     try:
         outcomes = prep.outcomes()
-        assert next(outcomes)[0] == 1
-        os.kill(prep.procs[1].pid, signal.SIGKILL)
+        assert next(outcomes)[0] == 1  # process 0 is ready, so it has forked process 1
+        first = prep.first.pid
+        with open(f"/proc/{first}/task/{first}/children") as f:
+            (second,) = map(int, f.read().split())
+        os.kill(second, signal.SIGKILL)
         with pytest.raises(RuntimeError, match="preparing process 1 died"):
             for _ in outcomes:
                 pass
