@@ -5,7 +5,7 @@
 On the development benchmark's documents (bench/build_devset.py), with the default configuration:
 parse + validate + normalize, words (segmentation and filtering), each detector's sketch (with the
 words already computed), the whole prepare, and the engine's judge over fresh state (exact store,
-bucket index, verdicts). Sketches and prepare run in chunks of 32 documents with the detectors'
+bucket index, verdicts). Sketches and prepare run in chunks of ``scan.CHUNK_LINES`` documents with the detectors'
 batch work (``prefetch``, ``prepare_many``), as ``scan``'s preparing processes do; the judge gets a
 fresh engine sized for the set, as ``scan`` makes one. Microseconds per document over all documents
 of the set (a detector that applies to fewer documents costs its total over all of them), median
@@ -24,9 +24,10 @@ from stream_dedup.config import Settings  # noqa: E402
 from stream_dedup.core.detectors.base import doc_words  # noqa: E402
 from stream_dedup.core.engine import Engine  # noqa: E402
 from stream_dedup.core.stages import Preparer  # noqa: E402
+from stream_dedup.scan import CHUNK_LINES  # noqa: E402
 
 
-CHUNK = 32  # documents per batch, as scan's preparing processes take them
+CHUNK = CHUNK_LINES  # documents per batch, as scan's preparing processes take them
 
 
 def stages(lines: list[bytes], repeat: int) -> list[tuple[str, float]]:

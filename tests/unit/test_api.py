@@ -40,7 +40,7 @@ def test_scan_with_several_preparing_processes_gives_the_same_verdicts_and_rejec
     import pickle
 
     from stream_dedup.config import load_settings
-    from stream_dedup.scan import run_scan
+    from stream_dedup.scan import CHUNK_LINES, run_scan
 
     lines = (REPO / "examples" / "sample.jsonl").read_text(encoding="utf-8").splitlines()
     first = json.loads(lines[0])
@@ -48,8 +48,8 @@ def test_scan_with_several_preparing_processes_gives_the_same_verdicts_and_rejec
              json.dumps({"id": "tw", "text": "新浪體育訊　北京時間４月１２日，湖人隊擊敗國王。", "ts": 9}),
              json.dumps({"id": "cn", "text": "新浪体育讯北京时间4月12日,湖人队击败国王.", "ts": 10})]
     src = tmp_path / "in.jsonl"
-    src.write_text("\n".join(lines[:12] + extra[:2] + lines[12:] * 5 + extra[2:]) + "\n", encoding="utf-8")
-    assert len(src.read_text(encoding="utf-8").splitlines()) > 2 * 32  # every process gets a chunk
+    src.write_text("\n".join(lines[:12] + extra[:2] + lines[12:] * 25 + extra[2:]) + "\n", encoding="utf-8")
+    assert len(src.read_text(encoding="utf-8").splitlines()) > 2 * CHUNK_LINES  # every process gets a chunk
     runs = {}
     for jobs in (1, 2, 3):  # 3: a chain of forks (each preparing process forks the next)
         bad = io.StringIO()
