@@ -142,7 +142,7 @@ def _file_worker(settings: Settings, path: str, worker: int, jobs: int, size: in
     try:
         for other in conns[:worker]:
             other.close()  # only the judging process may hold another process's pipe: EOF means death
-        if worker == 0:
+        if worker == 0:  # the ones it forks inherit its niceness: lowering it again would add up
             _yield_to_judging()
         preparer = Preparer(settings)
         preparer.warm(html=False)
