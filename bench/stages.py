@@ -27,8 +27,6 @@ from stream_dedup.core.stages import Preparer  # noqa: E402
 from stream_dedup.scan import CHUNK_LINES  # noqa: E402
 
 
-CHUNK = CHUNK_LINES  # documents per batch, as scan's preparing processes take them
-
 
 def stages(lines: list[bytes], repeat: int) -> list[tuple[str, float]]:
     settings = Settings()
@@ -51,8 +49,8 @@ def stages(lines: list[bytes], repeat: int) -> list[tuple[str, float]]:
     timed("words (segmentation and filtering)", words)
     def sketches(det, applies):
         out = []
-        for c in range(0, len(applies), CHUNK):
-            chunk = applies[c:c + CHUNK]
+        for c in range(0, len(applies), CHUNK_LINES):
+            chunk = applies[c:c + CHUNK_LINES]
             for d in chunk:  # what an earlier run left (prefetched keys, the skeleton), not the words
                 d.cache = {k: v for k, v in d.cache.items() if k == "words"}
             det.prefetch(chunk)
@@ -65,7 +63,7 @@ def stages(lines: list[bytes], repeat: int) -> list[tuple[str, float]]:
             timed(f"sketch: {det.name} ({len(applies)} docs)", lambda: sketches(det, applies))
     events = [(x, i) for i, x in enumerate(lines)]
     prepared = timed("prepare, all of the above",
-                     lambda: [p for c in range(0, len(events), CHUNK) for p in prep.prepare_many(events[c:c + CHUNK])])
+                     lambda: [p for c in range(0, len(events), CHUNK_LINES) for p in prep.prepare_many(events[c:c + CHUNK_LINES])])
 
     def judge():
         engine = Engine(settings, most_docs=len(prepared))

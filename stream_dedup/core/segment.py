@@ -72,26 +72,27 @@ class JiebaRs:
                 word, freq, tag = _USER_LINE.match(line).groups()
                 self._rj.add_word(word, int(freq) if freq else None, tag.strip() if tag else None)
 
-    def _han(self, block: str) -> list[str]:
-        """jieba's tokens of one block of its Han pattern."""
+    def _han(self, block: str) -> tuple[list[str], set[str]]:
+        """jieba's tokens of one block of its Han pattern, and the set of those that hold a joiner
+        (``isalnum`` false), which ``words`` looks at for tokens without a word character."""
         words = self._cut(block)
         if _JOINERS.search(block) is None:
-            return words
+            return words, set()
         # a block's characters are Han, ASCII letters and digits, and the joiners: a token without a
         # joiner (``isalnum``) is Han or one _HMM_SKIP match, whole either way. The tokens with one
         # are found by a loop in C (``filterfalse``); most blocks have none to split (an SMS skeleton's
         # joiners are the "#" of its numbers, tokens of their own), and the tokens are returned as cut
-        split = {w for w in set(filterfalse(str.isalnum, words))
-                 if len(w) > 1 and _HAN_CHAR.search(w) is None and not self._is_word(w)}
+        joined = set(filterfalse(str.isalnum, words))
+        split = {w for w in joined if len(w) > 1 and _HAN_CHAR.search(w) is None and not self._is_word(w)}
         if not split:
-            return words
+            return words, joined
         out: list[str] = []
         for w in words:
             if w in split:
                 out.extend(p for p in _HMM_SKIP.split(w) if p)
             else:
                 out.append(w)
-        return out
+        return out, set(filterfalse(str.isalnum, out))
 
     def lcut(self, text: str) -> list[str]:
         out: list[str] = []
@@ -99,7 +100,7 @@ class JiebaRs:
             if not block:
                 continue
             if i & 1:  # a block jieba segments
-                out.extend(self._han(block))
+                out.extend(self._han(block)[0])
             else:  # as jieba: whitespace runs whole, every other character alone
                 for x in _SPACE.split(block):
                     if not x:
@@ -124,9 +125,9 @@ class JiebaRs:
                 if _JOINERS.search(block) is None:
                     out.extend(self._cut(block))
                 else:
-                    ws = self._han(block)
+                    ws, joined = self._han(block)
                     # no word character: only joiners ("_" is one); looked at once per distinct token
-                    drop = {w for w in set(filterfalse(str.isalnum, ws)) if not w.strip(_NON_WORD_JOINERS)}
+                    drop = {w for w in joined if not w.strip(_NON_WORD_JOINERS)}
                     out.extend(filterfalse(drop.__contains__, ws) if drop else ws)
             else:
                 out.extend(_WORD_CHAR.findall(block))
