@@ -27,7 +27,6 @@ from stream_dedup.core.stages import Preparer  # noqa: E402
 from stream_dedup.scan import CHUNK_LINES  # noqa: E402
 
 
-
 def stages(lines: list[bytes], repeat: int) -> list[tuple[str, float]]:
     settings = Settings()
     prep = Preparer(settings)
@@ -63,7 +62,8 @@ def stages(lines: list[bytes], repeat: int) -> list[tuple[str, float]]:
             timed(f"sketch: {det.name} ({len(applies)} docs)", lambda: sketches(det, applies))
     events = [(x, i) for i, x in enumerate(lines)]
     prepared = timed("prepare, all of the above",
-                     lambda: [p for c in range(0, len(events), CHUNK_LINES) for p in prep.prepare_many(events[c:c + CHUNK_LINES])])
+                     lambda: [p for c in range(0, len(events), CHUNK_LINES)
+                              for p in prep.prepare_many(events[c:c + CHUNK_LINES])])
 
     def judge():
         engine = Engine(settings, most_docs=len(prepared))
