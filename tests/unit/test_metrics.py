@@ -32,3 +32,45 @@ def test_children_of_two_workers_in_one_process_do_not_mix():
     a.stage("decide").observe(0.01)
     assert _sample(a, "stream_dedup_stage_seconds_count", {"stage": "decide"}) == 1
     assert _sample(b, "stream_dedup_stage_seconds_count", {"stage": "decide"}) is None
+
+
+def test_batched_histogram_exposes_what_the_library_histogram_would():
+    """Same values into prometheus_client's own Histogram and into the batched one: same buckets
+    (bounds included: "le" is less than or equal), count and sum, across a fold of pending values."""
+    import random
+
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from stream_dedup.stream import metrics as mod
+
+    bounds = (0.001, 0.01, 0.1, 1.0)
+    ref_reg, our_reg = CollectorRegistry(), CollectorRegistry()
+    ref = Histogram("h", "doc", ["stage"], buckets=bounds, registry=ref_reg)
+    ours = mod.BatchedHistogram("h", "doc", ("stage",), buckets=bounds, registry=our_reg)
+    rng = random.Random(7)
+    values = [rng.choice(bounds) for _ in range(50)] + [rng.uniform(0, 2) for _ in range(5000)]
+    for i, v in enumerate(values):
+        stage = "a" if i % 3 else "b"
+        ref.labels(stage).observe(v)
+        ours.labels(stage).observe(v)
+        if i == 2000:  # a scrape in the middle folds what is pending
+            assert our_reg.get_sample_value("h_count", {"stage": "a"}) == ref_reg.get_sample_value("h_count", {"stage": "a"})
+    for stage in ("a", "b"):
+        for le in ("0.001", "0.01", "0.1", "1.0", "+Inf"):
+            labels = {"stage": stage, "le": le}
+            assert our_reg.get_sample_value("h_bucket", labels) == ref_reg.get_sample_value("h_bucket", labels), labels
+        assert our_reg.get_sample_value("h_count", {"stage": stage}) == ref_reg.get_sample_value("h_count", {"stage": stage})
+        assert abs(our_reg.get_sample_value("h_sum", {"stage": stage})
+                   - ref_reg.get_sample_value("h_sum", {"stage": stage})) < 1e-6
+
+
+def test_batched_histogram_folds_without_a_scrape(monkeypatch):
+    from stream_dedup.stream import metrics as mod
+
+    monkeypatch.setattr(mod, "_FOLD_AT", 10)
+    h = mod.BatchedHistogram("h", "doc", buckets=(1.0,))
+    for _ in range(25):
+        h.observe(0.5)
+    series = h.labels()
+    assert len(series.pending) == 5  # two folds of 10 happened on observe, memory stays bounded
+    assert series.counts.tolist() == [20, 0]
