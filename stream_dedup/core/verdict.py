@@ -131,6 +131,19 @@ class DocState:
             d["snippet"] = self.snippet
         return d
 
+    def to_wire(self) -> list:
+        """The fields as a list, for MessagePack (``stages.DocStates``)."""
+        return [self.id, self.ts, self.expected, sorted(self.answered), self.exact.to_list() if self.exact else None,
+                self.near.to_list() if self.near else None, self.revision,
+                list(self.emitted) if self.emitted else None, self.rank, self.members or None, self.extra,
+                self.snippet]
+
+    @classmethod
+    def from_wire(cls, v: list) -> "DocState":
+        return cls(v[0], v[1], v[2], set(v[3]), Candidate.from_list(v[4]) if v[4] else None,
+                   Candidate.from_list(v[5]) if v[5] else None, v[6], tuple(v[7]) if v[7] else None, v[8],
+                   v[9] or {}, v[10], v[11])
+
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "DocState":
         return cls(d["id"], d["ts"], d["expected"], set(d["answered"]),

@@ -35,7 +35,7 @@ from ..config import Settings
 from ..core.document import Rejected
 from ..core.exact import ExactStore
 from ..core.index import BucketIndex
-from ..core.stages import (DecideStage, IndexStage, JsonStates, Prepared, Preparer, Probe, ToDecide, digest_partition,
+from ..core.stages import (DecideStage, IndexStage, DocStates, Prepared, Preparer, Probe, ToDecide, digest_partition,
                            exact_stage, id_partition, pack_batches, unpack_batch)
 from ..core.store import WriteBack
 from ..kafka_io import client_config
@@ -210,7 +210,7 @@ def build_app(settings: Settings) -> faust.App:
     index_data = WriteBack(index_map, tag=current_event, scope=event_partition)
     # decide: the write-back holds DocState objects, so a document's state is decoded and encoded
     # once per batch however many of its answers the batch brings
-    decide_data = WriteBack(JsonStates(decide_map), tag=current_event, scope=event_partition)
+    decide_data = WriteBack(DocStates(decide_map), tag=current_event, scope=event_partition)
     index_stage = IndexStage(BucketIndex(index_data, window=window), preparer.detectors)
     decide = DecideStage(decide_data)
     counts: Counter[str] = Counter()
@@ -430,7 +430,7 @@ def build_app(settings: Settings) -> faust.App:
                     for item in unpack_batch(msg.value):
                         t0 = time.perf_counter()
                         await injected_delay("exact")
-                        p = Prepared.from_bytes(item)
+                        p = Prepared.from_item(item)
                         msgs, probe_list = exact_stage(exact_store(msg.partition), p, n)
                         metrics.stage("exact").observe(time.perf_counter() - t0)
                         counts["exact.in"] += 1
@@ -454,7 +454,7 @@ def build_app(settings: Settings) -> faust.App:
                     return hold(batch)
                 with under(ev):
                     for item in unpack_batch(msg.value):
-                        pr = Probe.from_bytes(item)
+                        pr = Probe.from_item(item)
                         await injected_delay("index")
                         if pr.partition != msg.partition:
                             log.error("probe for partition %d arrived on %d: partition counts differ",
@@ -484,7 +484,7 @@ def build_app(settings: Settings) -> faust.App:
                 with under(ev):
                     for item in unpack_batch(msg.value):
                         await injected_delay("decide")
-                        m = ToDecide.from_bytes(item)
+                        m = ToDecide.from_item(item)
                         counts[f"decide.{m.kind}"] += 1
                         t0 = time.perf_counter()
                         v = decide.apply(m)

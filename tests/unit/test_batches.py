@@ -19,7 +19,7 @@ from stream_dedup.config import load_settings
 from stream_dedup.core.engine import Engine
 from stream_dedup.core.exact import ExactStore
 from stream_dedup.core.index import BucketIndex
-from stream_dedup.core.stages import (BATCH_MAX_BYTES, DecideStage, IndexStage, JsonStates, Preparer, Prepared,
+from stream_dedup.core.stages import (BATCH_MAX_BYTES, DecideStage, IndexStage, DocStates, Preparer, Prepared,
                                       Probe, ToDecide, digest_partition, exact_stage, id_partition, pack_batches,
                                       unpack_batch)
 from stream_dedup.core.store import WriteBack
@@ -28,14 +28,33 @@ from ..conftest import shared_data
 
 
 def test_pack_batches_round_trips_and_respects_the_size_cap():
-    items = [json.dumps({"i": i, "t": "x" * (i % 50)}).encode() for i in range(2000)]
+    items = [ToDecide("answer", f"doc-{i}", i, None, part=i % 7, snippet="x" * (i % 50)).to_bytes()
+             for i in range(2000)]
     msgs = pack_batches(items, max_bytes=4096)
     assert len(msgs) > 1 and all(len(m) <= 4096 for m in msgs)
-    assert [x for m in msgs for x in unpack_batch(m)] == items
-    big = b'{"big":"' + b"y" * 10_000 + b'"}'
-    assert pack_batches([b"{}", big, b"{}"], max_bytes=4096) == [b"{}", big, b"{}"]
+    assert [ToDecide.from_item(x) for m in msgs for x in unpack_batch(m)] == [ToDecide.from_bytes(b) for b in items]
+    big = Probe("big", 1, 0, [(2, (1,), b"y" * 10_000)]).to_bytes()
+    small = Probe("small", 1, 0, [(2, (1,), b"")]).to_bytes()
+    packed = pack_batches([small, big, small], max_bytes=4096)
+    assert len(packed) == 3 and len(packed[1]) > 4096  # the big one travels alone
+    assert [Probe.from_item(x) for m in packed for x in unpack_batch(m)] == [Probe.from_bytes(b) for b in
+                                                                            (small, big, small)]
     assert pack_batches([]) == [] and unpack_batch(b"") == []
     assert BATCH_MAX_BYTES < 1_000_000  # under Kafka's default message size limit
+
+
+def test_batches_carry_json_items_and_read_batches_of_earlier_versions():
+    """A message MessagePack cannot carry (a lone surrogate in its id) travels as JSON inside a
+    MessagePack batch, and a batch of an earlier version (newline-separated JSON) still reads."""
+    odd = ToDecide("expect", "doc-\ud800", 5, None, expected=1)
+    plain = ToDecide("answer", "doc-2", 6, None, part=3)
+    assert odd.to_bytes()[:1] == b"{" and plain.to_bytes()[:1] != b"{"
+    for size in (10, 300, 70_000):  # JSON items of each MessagePack binary length class
+        wide = ToDecide("expect", "doc-\ud800", 5, None, expected=1, snippet="长" * size)
+        (msg,) = pack_batches([plain.to_bytes(), wide.to_bytes(), odd.to_bytes()], max_bytes=1 << 20)
+        assert [ToDecide.from_item(x) for x in unpack_batch(msg)] == [plain, wide, odd]
+    old = b"\n".join([odd._json(), plain._json()])
+    assert [ToDecide.from_item(x) for x in unpack_batch(old)] == [odd, plain]
 
 
 class Partitioned(dict):
@@ -118,7 +137,7 @@ def run_batched(events: list[dict], settings, partitions: int, rng: random.Rando
     exact_t, index_t, decide_t = Partitioned(), Partitioned(), Partitioned()
     exact = {p: ExactStore(exact_t, window) for p in range(partitions)}
     index_wb = WriteBack(index_t, tag=lambda: index_t.current, scope=lambda tag: tag)
-    decide_wb = WriteBack(JsonStates(decide_t), tag=lambda: decide_t.current, scope=lambda tag: tag)
+    decide_wb = WriteBack(DocStates(decide_t), tag=lambda: decide_t.current, scope=lambda tag: tag)
     index = IndexStage(BucketIndex(index_wb, window=window), prep.detectors)
     decide = DecideStage(decide_wb)
     latest: dict = {}
@@ -155,7 +174,7 @@ def run_batched(events: list[dict], settings, partitions: int, rng: random.Rando
             for part, msg in take("fingerprints"):
                 with exact_t.under(part):
                     for item in unpack_batch(msg):
-                        msgs, probes = exact_stage(exact[part], Prepared.from_bytes(item), partitions)
+                        msgs, probes = exact_stage(exact[part], Prepared.from_item(item), partitions)
                         to_decide(out, msgs)
                         probe_out = {pr.partition: [pr.to_bytes()] for pr in probes}
                         send("probes", probe_out)
@@ -164,7 +183,7 @@ def run_batched(events: list[dict], settings, partitions: int, rng: random.Rando
             for part, msg in take("probes"):
                 with index_t.under(part):
                     for item in unpack_batch(msg):
-                        pr = Probe.from_bytes(item)
+                        pr = Probe.from_item(item)
                         assert pr.partition == part
                         to_decide(out, index.process(pr))
             send("answers", out)
@@ -174,7 +193,7 @@ def run_batched(events: list[dict], settings, partitions: int, rng: random.Rando
                 with decide_t.under(part):
                     for item in unpack_batch(msg):
                         counts["answers.items"] += 1
-                        v = decide.apply(ToDecide.from_bytes(item))
+                        v = decide.apply(ToDecide.from_item(item))
                         to_decide(out, decide.outbox)
                         if v is not None:
                             latest[v.id] = v
@@ -237,36 +256,44 @@ def test_a_prepared_batch_equals_each_event_prepared_alone():
     batched = [p.to_bytes() if isinstance(p, Prepared) else getattr(p, "reason", "internal_error")
                for p in prep.prepare_many([(r, 1_700_000_000_000) for r in raws])]
     assert batched == [alone(r) for r in raws]
-    simhashed = sum(1 for b in batched if isinstance(b, bytes) and json.loads(b)["s"] and
-                    any(s[0] == 1 for s in json.loads(b)["s"]))
-    ngrammed = sum(1 for b in batched if isinstance(b, bytes) and any(s[0] == 2 for s in json.loads(b)["s"]))
+    codes = [{c for c, _, _ in Prepared.from_bytes(b).sketches} for b in batched if isinstance(b, bytes)]
+    simhashed = sum(1 for c in codes if 1 in c)
+    ngrammed = sum(1 for c in codes if 2 in c)
     assert simhashed > 30 and ngrammed > 100 and sum(1 for b in batched if isinstance(b, str)) > 10
 
 
-def test_internal_messages_and_states_are_utf8_json_and_read_old_ascii_records():
-    """The snippet of a Chinese text is UTF-8 on the internal topics and in decide's state (3 bytes a
-    character, not the 6 of ``\\uXXXX``); a lone surrogate in a text survives; records written by
-    earlier versions (ASCII escapes) read the same."""
+def test_internal_messages_and_states_are_compact_and_read_old_json_records():
+    """Messages and decide states are MessagePack: the snippet of a Chinese text is UTF-8 (3 bytes a
+    character), digests and payloads raw bytes, no base64 or JSON escapes. A lone surrogate in a text
+    survives (the JSON form carries it); records written by earlier versions (JSON, ASCII escapes
+    or not) read the same."""
     import json as _json
 
-    from stream_dedup.core.verdict import DocState
+    from stream_dedup.core.verdict import Candidate, DocState
 
-    snippet = "国务院新闻办公室今天举行新闻发布会，介绍前三季度国民经济运行情况。统计局新闻发言人表示" + "\ud800"
-    p = Prepared("doc-1", 1000, b"\x01" * 16, "text", [(1, (5, 6), b"\x00\xff")], 2.0, snippet)
-    raw = p.to_bytes()
-    assert Prepared.from_bytes(raw) == p
-    assert snippet[:10].encode("utf-8") in raw and b"\\u" not in raw
-    m = ToDecide("expect", "doc-1", 1000, None, expected=2, rank=2.0, snippet=snippet)
-    assert ToDecide.from_bytes(m.to_bytes()) == m
-    pr = Probe("文档-1", 1000, 3, [(1, (5,), b"\x00")])
-    assert Probe.from_bytes(pr.to_bytes()) == pr
-    table: dict = {}
-    states = JsonStates(table)
-    st = DocState("doc-1", 1000, 2, {0, 3}, rank=2.0, snippet=snippet)
-    states["doc-1"] = st
-    assert states["doc-1"] == st
-    assert len(table[b"doc-1"]) < len(_json.dumps(st.to_json()))  # the ASCII-escaped form is longer
-    table[b"doc-1"] = _json.dumps(st.to_json()).encode()  # as earlier versions wrote it
-    assert states["doc-1"] == st
-    assert ToDecide.from_bytes(_json.dumps({"t": "expect", "id": "doc-1", "ts": 1000, "c": None, "n": 2, "p": None,
-                                            "r": 2.0, "x": snippet}).encode()) == m
+    snippet = "国务院新闻办公室今天举行新闻发布会，介绍前三季度国民经济运行情况。统计局新闻发言人表示"
+    for text in (snippet, snippet + "\ud800"):
+        p = Prepared("doc-1", 1000, b"\x01" * 16, "text", [(1, (5, 6), b"\x00\xff")], 2.0, text)
+        raw = p.to_bytes()
+        assert Prepared.from_bytes(raw) == p
+        assert snippet[:10].encode("utf-8") in raw and b"\\u" not in raw
+        assert Prepared.from_bytes(p._json()) == p
+        m = ToDecide("expect", "doc-1", 1000, Candidate(900, "doc-0", "exact", "exact", 1.0, 0, -1), expected=2,
+                     rank=2.0, snippet=text)
+        assert ToDecide.from_bytes(m.to_bytes()) == m
+        pr = Probe("文档-1", 1000, 3, [(1, (5, 1 << 63), b"\x00")])
+        assert Probe.from_bytes(pr.to_bytes()) == pr and Probe.from_bytes(pr._json()) == pr
+        table: dict = {}
+        states = DocStates(table)
+        st = DocState("doc-1", 1000, 2, {0, 3}, near=Candidate(900, "doc-0", "near", "ngram", 0.8, 2, 1),
+                      revision=0, emitted=("duplicate", "near", "doc-0", "ngram", 0.8, 2), rank=2.0,
+                      members={"doc-9": [1200, None]}, extra=1, snippet=text)
+        states["doc-1"] = st
+        assert states["doc-1"] == st
+        assert len(table[b"doc-1"]) < len(_json.dumps(st.to_json()))  # the ASCII-escaped form is longer
+        table[b"doc-1"] = _json.dumps(st.to_json()).encode()  # as earlier versions wrote it
+        assert states["doc-1"] == st
+        assert ToDecide.from_bytes(_json.dumps({"t": "expect", "id": "doc-1", "ts": 1000, "c": m.cand.to_list(),
+                                                "n": 2, "p": None, "r": 2.0, "x": text}).encode()) == m
+    plain = Prepared("doc-1", 1000, b"\x01" * 16, "text", [(2, (5, 6), b"\x00" * 110)], None, snippet)
+    assert len(plain.to_bytes()) < 0.75 * len(plain._json())

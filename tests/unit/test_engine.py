@@ -188,11 +188,11 @@ def test_decide_state_behind_a_write_back_re_emits_after_a_crash_before_the_flus
     """The worker stores decide state only after the verdict is delivered (a WriteBack flushed after
     delivery): a crash in between replays into the old state and the verdict goes out again (never
     "already emitted, so never sent")."""
-    from stream_dedup.core.stages import DecideStage, JsonStates, ToDecide
+    from stream_dedup.core.stages import DecideStage, DocStates, ToDecide
     from stream_dedup.core.store import WriteBack
 
     table: dict = {}  # bytes in a table, as in the workers: every read is a fresh copy
-    pending = WriteBack(JsonStates(table))
+    pending = WriteBack(DocStates(table))
     d = DecideStage(pending)
     expect = ToDecide("expect", "doc", 1000, None, expected=1)
     answer = ToDecide("answer", "doc", 1000, None, part=0)
@@ -200,12 +200,12 @@ def test_decide_state_behind_a_write_back_re_emits_after_a_crash_before_the_flus
     pending.flush()
     v = d.apply(answer)
     assert v is not None and v.verdict == "unique"
-    assert JsonStates(table)["doc"].emitted is None  # not stored yet: the verdict is in flight
+    assert DocStates(table)["doc"].emitted is None  # not stored yet: the verdict is in flight
     # crash here: the pending writes die with the process; the answer is replayed against the table
-    pending2 = WriteBack(JsonStates(table))
+    pending2 = WriteBack(DocStates(table))
     d2 = DecideStage(pending2)
     again = d2.apply(answer)
     assert again is not None and (again.verdict, again.revision) == ("unique", 0)
     pending2.flush()
-    assert JsonStates(table)["doc"].emitted is not None
+    assert DocStates(table)["doc"].emitted is not None
     assert d2.apply(answer) is None  # a replay after the flush changes nothing
