@@ -1,0 +1,128 @@
+"""BulkSender puts records into aiokafka's real producer batches: in order, on the partitions
+aiokafka's own ``send`` would pick, with one delivery per batch that points at the last record.
+
+No broker: the producer is aiokafka's, not started; its metadata wait answers three partitions,
+and the test plays the sender task (it takes batches off the accumulator and completes them).
+"""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.structs import TopicPartition
+
+from stream_dedup.stream.changelog import BulkSender
+
+PARTS = {0, 1, 2}
+
+
+def producer(max_batch_size: int = 16384) -> AIOKafkaProducer:
+    p = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", max_batch_size=max_batch_size)
+
+    async def metadata(topic: str) -> set[int]:
+        return PARTS
+
+    p.client._wait_on_metadata = metadata
+    return p
+
+
+def take(p: AIOKafkaProducer, tp: TopicPartition, base: int) -> list[tuple[bytes | None, bytes | None, int]]:
+    """Drain the partition's batches as the sender would and acknowledge them from offset ``base``:
+    the records (key, value, offset) in the order they were put in."""
+    acc = p._message_accumulator
+    out = []
+    while acc._batches.get(tp):
+        batch = acc._pop_batch(tp)
+        records = list(MemoryRecords(bytes(batch.get_data_buffer())).next_batch())
+        batch.done(base_offset=base)
+        out += [(r.key, r.value, base + r.offset) for r in records]
+        base += len(records)
+    return out
+
+
+def test_records_join_the_open_batch_in_order_with_one_delivery_pointing_at_the_last():
+    async def run():
+        p = producer()
+        s = BulkSender(lambda: p)
+        recs = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(5)] + [(b"gone", None)]
+        first = await s.send("t", 1, recs[:3])
+        second = await s.send("t", 1, recs[3:])
+        assert len(first) == 1 and len(second) == 1
+        assert first[0].future is second[0].future  # the same open batch: one future for all six
+        assert (first[0].last, second[0].last) == (2, 5)
+        got = take(p, TopicPartition("t", 1), base=100)
+        assert [(k, v) for k, v, _ in got] == recs  # tombstone included
+        assert first[0].offset() == 102 and second[0].offset() == 105 == got[-1][2]
+        with pytest.raises(ValueError):
+            await s.send("t", 7, recs)
+        await p.client.close()
+
+    asyncio.run(run())
+
+
+def test_full_batches_spill_through_aiokafka_and_every_record_is_delivered_once():
+    async def run():
+        p = producer(max_batch_size=512)
+        s = BulkSender(lambda: p)
+        tp = TopicPartition("t", 0)
+        recs = [(str(i).encode(), bytes([i % 251]) * 90) for i in range(40)]
+        got: list = []
+        base = [0]
+
+        async def sender_task():  # plays aiokafka's sender: takes whatever is queued when it runs
+            while len(got) < len(recs):
+                await asyncio.sleep(0)
+                drained = take(p, tp, base[0])
+                base[0] += len(drained)
+                got.extend(drained)
+
+        task = asyncio.create_task(sender_task())
+        sent = await s.send("t", 0, recs)
+        await asyncio.wait_for(task, 5)
+        assert [(k, v) for k, v, _ in got] == recs and [o for *_, o in got] == list(range(len(recs)))
+        assert len(sent) > 3  # several batches, each with its own delivery
+        assert all(d.future.done() for d in sent)
+        assert sent[-1].offset() == len(recs) - 1
+        offsets = [d.offset() for d in sent]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+        await p.client.close()
+
+    asyncio.run(run())
+
+
+def test_keyed_records_go_where_aiokafkas_partitioner_sends_them():
+    async def run():
+        p = producer()
+        s = BulkSender(lambda: p)
+        keys = [f"doc-{i}".encode() for i in range(60)]
+        await s.send("v", None, [(k, b"x") for k in keys])
+        placed = {k: part for part in PARTS for k, _, _ in take(p, TopicPartition("v", part), 0)}
+        everyone = sorted(PARTS)
+        assert placed == {k: p._partitioner(k, everyone, everyone) for k in keys}
+        assert len(set(placed.values())) == 3
+        await p.client.close()
+
+    asyncio.run(run())
+
+
+def test_an_unknown_accumulator_falls_back_to_the_public_send():
+    class Plain:
+        def __init__(self):
+            self.sent = []
+
+        async def send(self, topic, value, key=None, partition=None):
+            self.sent.append((topic, key, value, partition))
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_result(type("Meta", (), {"offset": len(self.sent) - 1})())
+            return fut
+
+    async def run():
+        plain = Plain()
+        s = BulkSender(lambda: plain)
+        out = await s.send("t", 2, [(b"a", b"1"), (b"b", b"2")])
+        assert plain.sent == [("t", b"a", b"1", 2), ("t", b"b", b"2", 2)]
+        assert [d.offset() for d in out] == [0, 1]
+
+    asyncio.run(run())
