@@ -451,7 +451,23 @@ class DocStates(MutableMapping):
         return default if raw is None else self._state(raw)
 
     def __setitem__(self, ident: str, st: DocState) -> None:
-        self.data[ident.encode("utf-8", "surrogatepass")] = _encode(st.to_wire(), lambda: _dumps(st.to_json()))
+        self.data[ident.encode("utf-8", "surrogatepass")] = self._encoded(st)
+
+    @staticmethod
+    def _encoded(st: DocState) -> bytes:
+        return _encode(st.to_wire(), lambda: _dumps(st.to_json()))
+
+    @property
+    def write_many(self) -> Callable[[Any, list[tuple[str, DocState | None]]], None] | None:
+        """The underlying mapping's ``write_many`` (see ``store.WriteBack.flush``) over states, if it has one."""
+        inner = getattr(self.data, "write_many", None)
+        if inner is None:
+            return None
+
+        def write(scope: Any, items: list[tuple[str, DocState | None]]) -> None:
+            inner(scope, [(i.encode("utf-8", "surrogatepass"), None if st is None else self._encoded(st))
+                          for i, st in items])
+        return write
 
     def __delitem__(self, ident: str) -> None:
         del self.data[ident.encode("utf-8", "surrogatepass")]

@@ -261,8 +261,21 @@ class WriteBack(MutableMapping):
         return sum(1 for _ in self)
 
     def flush(self, around: Callable[[Any], Any] | None = None) -> int:
-        """Write the pending writes in order; ``around(tag)`` (if given) is entered around each one."""
+        """Write the pending writes in order; ``around(tag)`` (if given) is entered around each one.
+
+        A mapping with a ``write_many(scope, items)`` (not None) gets each scope's writes at once
+        instead, ``items`` (key, value) in order with None for a delete: the workers' tables write a
+        partition's keys in one RocksDB batch, and no event context is entered per key."""
         n = len(self.pending)
+        write_many = getattr(self.data, "write_many", None)
+        if write_many is not None:
+            by_scope: dict[Any, list] = {}
+            for (scope, key), (value, _) in self.pending.items():
+                by_scope.setdefault(scope, []).append((key, None if value is _DELETED else value))
+            for scope, items in by_scope.items():
+                write_many(scope, items)
+            self.pending.clear()
+            return n
         for (_, key), (value, tag) in self.pending.items():
             if around is not None:
                 with around(tag):

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Iterable, Iterator
 
+import rocksdict
 from faust.streams import current_event
 from faust.types import TP
 
@@ -183,6 +184,24 @@ class TableMapping(MutableMapping):
         part = self._partition()
         self._db(part).put(key, value)
         self.queued.setdefault(part, []).append((key, value))
+
+    @property
+    def write_many(self) -> Callable[[int, list[Record]], None] | None:
+        """``store.WriteBack.flush``'s bulk write: None on Faust's own path (exactly once), where a
+        write must happen under its event."""
+        return None if self.producer is None else self._write_many
+
+    def _write_many(self, partition: int, items: list[Record]) -> None:
+        """Write a partition's (key, value or None to delete) in one RocksDB batch and queue their
+        changelog records (a tombstone per delete) in the same order."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for key, value in items:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        self._db(partition).write(batch)
+        self.queued.setdefault(partition, []).extend(items)
 
     def __delitem__(self, key: bytes) -> None:
         if self.producer is None:

@@ -128,13 +128,46 @@ def test_write_back_reads_its_writes_and_writes_each_key_once_per_partition():
         assert wb[b"k"] == b"2"
 
 
-def run_batched(events: list[dict], settings, partitions: int, rng: random.Random) -> tuple[dict, dict, Counter]:
+class BulkPartitioned(Partitioned):
+    """A table that also takes a partition's writes at once (``write_many``), as the workers' do."""
+
+    def write_many(self, partition, items):
+        part = self.parts.setdefault(partition, {})
+        for k, v in items:
+            self.writes += 1
+            if v is None:
+                part.pop(k, None)
+            else:
+                part[k] = v
+
+
+def test_write_back_hands_a_bulk_mapping_each_partitions_writes_in_order():
+    t = BulkPartitioned()
+    calls = []
+    t.write_many = lambda scope, items: calls.append((scope, list(items)))  # type: ignore[method-assign]
+    wb = WriteBack(t, tag=lambda: t.current, scope=lambda tag: tag)
+    with t.under(1):
+        wb[b"a"] = b"1"
+        wb[b"b"] = b"2"
+    with t.under(2):
+        wb[b"a"] = b"x"
+    with t.under(1):
+        wb[b"a"] = b"3"  # rewritten: one write, at its first place
+        t.parts[1] = {b"gone": b"old"}
+        del wb[b"gone"]
+    assert wb.flush() == 4
+    assert calls == [(1, [(b"a", b"3"), (b"b", b"2"), (b"gone", None)]), (2, [(b"a", b"x")])]
+    assert not wb.pending
+
+
+def run_batched(events: list[dict], settings, partitions: int, rng: random.Random,
+                table=Partitioned) -> tuple[dict, dict, Counter]:
     """The worker's agents over in-memory partitioned tables and queues, in random batches and order.
     Returns the latest verdict per document, the latest cluster record per original, and counts."""
     prep = Preparer(settings)
     window = settings.engine.window_ms
     q = {t: [deque() for _ in range(partitions)] for t in ("fingerprints", "probes", "answers")}
-    exact_t, index_t, decide_t = Partitioned(), Partitioned(), Partitioned()
+    exact_t, index_t, decide_t = Partitioned(), table(), table()
     exact = {p: ExactStore(exact_t, window) for p in range(partitions)}
     index_wb = WriteBack(index_t, tag=lambda: index_t.current, scope=lambda tag: tag)
     decide_wb = WriteBack(DocStates(decide_t), tag=lambda: decide_t.current, scope=lambda tag: tag)
@@ -204,14 +237,14 @@ def run_batched(events: list[dict], settings, partitions: int, rng: random.Rando
     return latest, clusters, counts
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_batched_stages_over_partitioned_tables_converge_on_scan(tmp_path, seed):
+@pytest.mark.parametrize("seed,table", [(1, Partitioned), (2, BulkPartitioned)])
+def test_batched_stages_over_partitioned_tables_converge_on_scan(tmp_path, seed, table):
     shared_data("news/thucnews_1000.jsonl")
     from ..integration.pipeline import labelled_stream
 
     events = labelled_stream(tmp_path, n_news=150, n_sms=1200, seed=seed)
     settings = load_settings(environ={})
-    got, clusters, counts = run_batched(events, settings, partitions=6, rng=random.Random(seed))
+    got, clusters, counts = run_batched(events, settings, partitions=6, rng=random.Random(seed), table=table)
     engine = Engine(settings)
     expected = {}
     for e in events:  # arrival order, like the test of the workers
