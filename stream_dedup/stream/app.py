@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
+import msgspec
 from faust.streams import _current_event, current_event
 from faust.types import TP
 
@@ -69,6 +70,18 @@ def highwater(consumer: Any, tp: TP) -> int | None:
         return consumer.highwater(tp)
     except Exception:  # noqa: BLE001 - aiokafka asserts the partition is assigned; a rebalance may race
         return None
+
+
+_JSON = msgspec.json.Encoder()
+
+
+def json_record(obj: dict) -> bytes:
+    """A verdict or cluster record: compact UTF-8 JSON (msgspec: 0.3 µs a verdict, json.dumps 3.3).
+    A lone surrogate in an id or text (not UTF-8) is written with JSON's ASCII escapes instead."""
+    try:
+        return _JSON.encode(obj)
+    except UnicodeEncodeError:
+        return json.dumps(obj).encode()
 
 
 def event_partition(event: Any) -> int | None:
@@ -217,6 +230,7 @@ def build_app(settings: Settings) -> faust.App:
     counts: Counter[str] = Counter()
     metrics = Metrics()
     index_stage.index.observe = metrics.bucket_bytes.observe
+    prepare_s, exact_s, index_s, decide_s = (metrics.stage(x) for x in ("prepare", "exact", "index", "decide"))
     stall_state: dict[str, Any] = {"stalled": None}
     pending: dict[str, tuple[float, int]] = {}  # doc id -> (first seen, answers partition)
     stalls = StallDetector(w.stall_timeout_s, nudge_s=w.stall_nudge_s)
@@ -410,9 +424,9 @@ def build_app(settings: Settings) -> faust.App:
                 if stopping:
                     return hold(batch)
                 worked.add((msg.topic, msg.partition))
-                await injected_delay("prepare")
+                if slow_stage:
+                    await injected_delay("prepare")
                 counts["in"] += 1
-                metrics.events_in.inc()
                 if isinstance(p, Exception):  # bad input never stops the worker
                     reason, detail = (p.reason, p.detail) if isinstance(p, Rejected) else ("internal_error", repr(p))
                     if reason == "internal_error":
@@ -425,10 +439,11 @@ def build_app(settings: Settings) -> faust.App:
                         "topic": msg.topic, "partition": msg.partition, "offset": msg.offset}).encode())])
                     continue
                 counts["prepared"] += 1
-                metrics.stage("prepare").observe(per_event)
+                prepare_s.observe(per_event)
                 out.setdefault((fingerprints, digest_partition(p.digest, n)), []).append(p.to_bytes())
             if await send_batches(out) is None:
                 return hold(batch)
+            metrics.events_in.inc(len(batch))
             if w.inject_stall and not counts["injected_stalls"]:
                 # a partition assigned and never fetched again (faust-streaming #175), on purpose
                 counts["injected_stalls"] += 1
@@ -446,10 +461,11 @@ def build_app(settings: Settings) -> faust.App:
                 with under(ev):
                     for item in unpack_batch(msg.value):
                         t0 = time.perf_counter()
-                        await injected_delay("exact")
+                        if slow_stage:
+                            await injected_delay("exact")
                         p = Prepared.from_item(item)
                         msgs, probe_list = exact_stage(exact_store(msg.partition), p, n)
-                        metrics.stage("exact").observe(time.perf_counter() - t0)
+                        exact_s.observe(time.perf_counter() - t0)
                         counts["exact.in"] += 1
                         counts["exact.copies"] += 0 if probe_list or not msgs[0].cand else 1
                         for pr in probe_list:
@@ -464,6 +480,7 @@ def build_app(settings: Settings) -> faust.App:
     async def index(stream):
         async for batch in batches(stream):
             out: dict = {}
+            verified = index_stage.candidates
             for ev, msg in batch:
                 if stopping:
                     index_data.discard()
@@ -472,21 +489,21 @@ def build_app(settings: Settings) -> faust.App:
                 with under(ev):
                     for item in unpack_batch(msg.value):
                         pr = Probe.from_item(item)
-                        await injected_delay("index")
+                        if slow_stage:
+                            await injected_delay("index")
                         if pr.partition != msg.partition:
                             log.error("probe for partition %d arrived on %d: partition counts differ",
                                       pr.partition, msg.partition)
                         counts["index.probes"] += 1
                         t0 = time.perf_counter()
-                        before = index_stage.candidates
                         to_decide(out, index_stage.process(pr))
-                        metrics.stage("index").observe(time.perf_counter() - t0)
-                        metrics.candidates.inc(index_stage.candidates - before)
+                        index_s.observe(time.perf_counter() - t0)
             if await send_batches(out) is None:
                 index_data.discard()
                 index_map.discard()
                 return hold(batch)
             counts["index.writes"] += index_data.flush(under)
+            metrics.candidates.inc(index_stage.candidates - verified)
             await index_map.send()
 
     @app.agent(answers)
@@ -500,12 +517,13 @@ def build_app(settings: Settings) -> faust.App:
                     return hold(batch)
                 with under(ev):
                     for item in unpack_batch(msg.value):
-                        await injected_delay("decide")
+                        if slow_stage:
+                            await injected_delay("decide")
                         m = ToDecide.from_item(item)
                         counts[f"decide.{m.kind}"] += 1
                         t0 = time.perf_counter()
                         v = decide.apply(m)
-                        metrics.stage("decide").observe(time.perf_counter() - t0)
+                        decide_s.observe(time.perf_counter() - t0)
                         # cluster joins/leaves go to the original's id partition
                         to_decide(out, decide.outbox)
                         if decide.cluster is not None:
@@ -513,11 +531,10 @@ def build_app(settings: Settings) -> faust.App:
                             counts["clusters"] += 1
                             metrics.clusters.inc()
                             records.setdefault(clusters, []).append(
-                                (c.id.encode("utf-8", "surrogatepass"),
-                                 json.dumps(c.to_dict(), ensure_ascii=False).encode()))
+                                (c.id.encode("utf-8", "surrogatepass"), json_record(c.to_dict())))
                         if v is not None:
                             key = v.id.encode("utf-8", "surrogatepass")
-                            body = json.dumps(v.to_dict(), ensure_ascii=False).encode()
+                            body = json_record(v.to_dict())
                             counts["verdicts"] += 1
                             counts["revisions"] += v.revision > 0
                             counts[f"verdict.{v.verdict}" + (f".{v.match}" if v.match else "")] += 1
