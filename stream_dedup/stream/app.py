@@ -43,7 +43,7 @@ from ..kafka_io import client_config
 from .changelog import BulkSender, Record, TableMapping
 from .credentials import faust_credentials
 from .gaps import GapFiller, confluent_committed, confluent_fetch
-from . import heap, rocks
+from . import drain, heap, rocks
 from .metrics import Metrics
 from .watchdog import EXIT_STALLED, ChangelogIdleFilter, StallDetector
 
@@ -120,6 +120,7 @@ def _fetch_wait_from_settings() -> None:
 
 
 _fetch_wait_from_settings()
+drain.install()  # the fetcher hands messages to the streams without four tasks each (stream/drain.py)
 
 
 class _Under:
