@@ -133,8 +133,35 @@ def _decode(b: bytes, from_wire: Callable[[list], Any], from_json: Callable[[dic
     return from_json(_loads(b)) if b[:1] == b"{" else from_wire(_UNPACK.decode(b))
 
 
-def _from_item(item: Any, from_wire: Callable[[list], Any], from_json: Callable[[dict], Any]) -> Any:
-    return from_wire(item) if isinstance(item, list) else _decode(item, from_wire, from_json)
+class _Wire:
+    """A message's bytes: its fields as a list (``_wire``/``_from_wire``) in MessagePack, or its
+    JSON form (``_json``/``_from_json``) where MessagePack cannot carry it and in older records."""
+
+    def _wire(self) -> list:
+        raise NotImplementedError
+
+    def _json(self) -> bytes:
+        raise NotImplementedError
+
+    @classmethod
+    def _from_wire(cls, v: list) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def _from_json(cls, d: dict) -> Any:
+        raise NotImplementedError
+
+    def to_bytes(self) -> bytes:
+        return _encode(self._wire(), self._json)
+
+    @classmethod
+    def from_bytes(cls, b: bytes) -> Any:
+        return _decode(b, cls._from_wire, cls._from_json)
+
+    @classmethod
+    def from_item(cls, item: Any) -> Any:
+        """One item of ``unpack_batch``: a decoded list, or the bytes of a JSON item."""
+        return cls._from_wire(item) if isinstance(item, list) else cls.from_bytes(item)
 
 
 def _dumps(obj: Any) -> bytes:
@@ -159,7 +186,7 @@ def _unb64(s: str) -> bytes:
 
 # ------------------------------------------------------------------------------------ messages
 @dataclass
-class Prepared:
+class Prepared(_Wire):
     """prepare -> exact: everything the later stages need of one document (never its text)."""
 
     id: str
@@ -170,21 +197,12 @@ class Prepared:
     rank: float | None = None
     snippet: str = ""  # the start of the normalized text: the sample a cluster record shows
 
-    def to_bytes(self) -> bytes:
-        return _encode([self.id, self.ts, self.digest, self.kind, self.sketches, self.rank, self.snippet], self._json)
+    def _wire(self) -> list:
+        return [self.id, self.ts, self.digest, self.kind, self.sketches, self.rank, self.snippet]
 
     def _json(self) -> bytes:
         return _dumps({"id": self.id, "ts": self.ts, "d": _b64(self.digest), "k": self.kind,
                        "s": [[c, list(k), _b64(p)] for c, k, p in self.sketches], "r": self.rank, "x": self.snippet})
-
-    @classmethod
-    def from_bytes(cls, b: bytes) -> "Prepared":
-        return _decode(b, cls._from_wire, cls._from_json)
-
-    @classmethod
-    def from_item(cls, item: Any) -> "Prepared":
-        """One item of ``unpack_batch``."""
-        return _from_item(item, cls._from_wire, cls._from_json)
 
     @classmethod
     def _from_wire(cls, v: list) -> "Prepared":
@@ -197,7 +215,7 @@ class Prepared:
 
 
 @dataclass
-class Probe:
+class Probe(_Wire):
     """exact -> index: one document's keys that fall in one band-key partition."""
 
     id: str
@@ -205,21 +223,12 @@ class Probe:
     partition: int
     entries: list[tuple[int, tuple[int, ...], bytes]]
 
-    def to_bytes(self) -> bytes:
-        return _encode([self.id, self.ts, self.partition, self.entries], self._json)
+    def _wire(self) -> list:
+        return [self.id, self.ts, self.partition, self.entries]
 
     def _json(self) -> bytes:
         return _dumps({"id": self.id, "ts": self.ts, "p": self.partition,
                        "e": [[c, list(k), _b64(p)] for c, k, p in self.entries]})
-
-    @classmethod
-    def from_bytes(cls, b: bytes) -> "Probe":
-        return _decode(b, cls._from_wire, cls._from_json)
-
-    @classmethod
-    def from_item(cls, item: Any) -> "Probe":
-        """One item of ``unpack_batch``."""
-        return _from_item(item, cls._from_wire, cls._from_json)
 
     @classmethod
     def _from_wire(cls, v: list) -> "Probe":
@@ -231,7 +240,7 @@ class Probe:
 
 
 @dataclass
-class ToDecide:
+class ToDecide(_Wire):
     """exact/index -> decide, keyed by the document it is about.
 
     kind "expect": the exact stage's word (``expected`` probe answers, ``cand`` an exact original);
@@ -251,9 +260,9 @@ class ToDecide:
     member: list | None = None
     snippet: str | None = None
 
-    def to_bytes(self) -> bytes:
-        return _encode([self.kind, self.id, self.ts, self.cand.to_list() if self.cand else None, self.expected,
-                        self.part, self.rank, self.member, self.snippet or None], self._json)
+    def _wire(self) -> list:
+        return [self.kind, self.id, self.ts, self.cand.to_list() if self.cand else None, self.expected, self.part,
+                self.rank, self.member, self.snippet or None]
 
     def _json(self) -> bytes:
         d = {"t": self.kind, "id": self.id, "ts": self.ts, "c": self.cand.to_list() if self.cand else None,
@@ -265,15 +274,6 @@ class ToDecide:
         if self.snippet:
             d["x"] = self.snippet
         return _dumps(d)
-
-    @classmethod
-    def from_bytes(cls, b: bytes) -> "ToDecide":
-        return _decode(b, cls._from_wire, cls._from_json)
-
-    @classmethod
-    def from_item(cls, item: Any) -> "ToDecide":
-        """One item of ``unpack_batch``."""
-        return _from_item(item, cls._from_wire, cls._from_json)
 
     @classmethod
     def _from_wire(cls, v: list) -> "ToDecide":
