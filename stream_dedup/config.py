@@ -24,6 +24,10 @@ import msgspec
 from msgspec import Meta, field
 
 ENV_PREFIX = "STREAM_DEDUP_"
+# Environment names under the prefix that are not settings: the topic specs' folder, the sample
+# corpora of the benchmarks, and the test suite's knobs (STREAM_DEDUP_TEST_*). A worker or command
+# started beside them must not reject them as unknown settings.
+NOT_SETTINGS = frozenset({"STREAM_DEDUP_TOPICS_DIR", "STREAM_DEDUP_SHARED"})
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -212,7 +216,7 @@ def _env_overrides(environ: dict[str, str]) -> tuple[dict[str, Any], dict[tuple[
     tree: dict[str, Any] = {}
     origin: dict[tuple[str, ...], str] = {}
     for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or name == "STREAM_DEDUP_TOPICS_DIR":
+        if not name.startswith(ENV_PREFIX) or name in NOT_SETTINGS or name.startswith("STREAM_DEDUP_TEST_"):
             continue
         path = [p.lower() for p in name[len(ENV_PREFIX):].split("__") if p]
         if not path:
