@@ -83,7 +83,9 @@ listener.name.ssl.ssl.keystore.location=$KAFKA_SSL_KEYSTORE
 EOT
   fi
   local cp="$libs/*"
+  # gc.log: the broker's pauses, to tell a GC stall from the JIT warm-up of a fresh broker (bench/TARGETS.md)
   local jvm=(java "-Xmx${KAFKA_HEAP:-512m}" "-Xms128m" -XX:+UseG1GC -Djava.awt.headless=true
+             "-Xlog:gc:file=$run/logs/gc.log:uptime"
              "-Dlog4j.configuration=file:$here/log4j.properties" "-Dkafka.logs.dir=$run/logs" -cp "$cp")
   if [ ! -f "$run/log/meta.properties" ]; then
     local cluster_id
