@@ -4,10 +4,10 @@
                               [--profile] [--partitions 6] [--warmup-runs 2]
 
 Starts the local broker (unless KAFKA_BOOTSTRAP is set) and warms it with --warmup-runs unreported
-runs of the first configuration (a fresh broker's JIT makes its first ~20 s of load slower), creates private topics per run, starts the
-workers, waits until their group is stable and they have answered 60 warm-up events, then
-produces the events (their ts = send time)
-and reads verdicts. Throughput = events / (last verdict - first send); latency = verdict arrival -
+runs of the first configuration (a fresh broker's JIT makes its first ~20 s of load slower),
+creates private topics per run, starts the workers, waits until their group is stable and they
+have answered 60 warm-up events, then produces the events (their ts = send time) and reads
+verdicts. Throughput = events / (last verdict - first send); latency = verdict arrival -
 send time. The same events also go through the embedded engine (`scan`'s Engine) for the ratio,
 warm like the workers (after 100 events in the same process; before 2026-11-24 the embedded run
 included jieba's dictionary load, about 1 s of a 3,000-SMS run, which flattered the ratio).
@@ -291,19 +291,18 @@ def main() -> None:
     rows, results, warmups = [], [], []
     try:
         ds = devset()
+        events_of = {kind: read_jsonl(ds / f"{kind}.jsonl", a.events) for kind in a.kinds}
         if started:
             # A broker fresh from start-up keeps compiling its hot paths (JIT) through its first ~20 s
             # of load: at half the maximum, runs 1 to 5 of one broker gave p99 1,498 / 458 / 348 / 368 /
             # 414 ms (seventh stop). A deployed broker has been up for days, so the measured runs start
-            # after N runs of the first configuration (the same kind, events, rate and 2 workers).
-            first = read_jsonl(ds / f"{a.kinds[0]}.jsonl", a.events)
+            # after N runs of the first kind's events at the same rate, with the most workers asked for.
             for i in range(a.warmup_runs):
-                warm = run_one(first, max(a.workers), a.rate, tmp, False, a.partitions)
+                warm = run_one(events_of[a.kinds[0]], max(a.workers), a.rate, tmp, False, a.partitions)
                 warmups.append({k: warm[k] for k in ("events_per_s", "latency_median_ms", "latency_p99_ms", "cpu")})
                 print(f"broker warm-up run {i + 1}/{a.warmup_runs} (not reported): {warm['events_per_s']} events/s, "
                       f"p99 {warm['latency_p99_ms']} ms", flush=True)
-        for kind in a.kinds:
-            events = read_jsonl(ds / f"{kind}.jsonl", a.events)
+        for kind, events in events_of.items():
             embedded(events[:100])  # warm, as the workers are: jieba's dictionary loaded, code paths run once
             scan_rate = statistics.median(embedded(events) for _ in range(repeat))
             for w in a.workers:

@@ -83,9 +83,7 @@ listener.name.ssl.ssl.keystore.location=$KAFKA_SSL_KEYSTORE
 EOT
   fi
   local cp="$libs/*"
-  # gc.log: the broker's pauses, to tell a GC stall from the JIT warm-up of a fresh broker (bench/TARGETS.md)
   local jvm=(java "-Xmx${KAFKA_HEAP:-512m}" "-Xms128m" -XX:+UseG1GC -Djava.awt.headless=true
-             "-Xlog:gc:file=$run/logs/gc.log:uptime"
              "-Dlog4j.configuration=file:$here/log4j.properties" "-Dkafka.logs.dir=$run/logs" -cp "$cp")
   if [ ! -f "$run/log/meta.properties" ]; then
     local cluster_id
@@ -95,7 +93,10 @@ EOT
       || { cat "$run/logs/format.log" >&2; exit 1; }
   fi
   local t0=$SECONDS
-  nohup "${jvm[@]}" kafka.Kafka "$run/server.properties" >"$run/logs/stdout.log" 2>&1 &
+  # gc.log (the broker only, not the storage tool): its pauses, to tell a GC stall from the JIT
+  # warm-up of a fresh broker (bench/TARGETS.md)
+  nohup "${jvm[@]}" "-Xlog:gc:file=$run/logs/gc.log:uptime" kafka.Kafka "$run/server.properties" \
+    >"$run/logs/stdout.log" 2>&1 &
   echo $! >"$pidfile"
   until grep -q "Kafka Server started" "$run/logs/server.log" 2>/dev/null \
         && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
