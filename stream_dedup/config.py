@@ -157,7 +157,10 @@ class WorkerSettings(_Section):
     stall_nudge_s: Annotated[float, Meta(ge=0, description="before that restart: resume and re-seek a partition "
                                  "that has had lag and no progress this long (once per stall); 0 disables")] = 20.0
     batch_max: Annotated[int, Meta(ge=1, le=10_000, description="most messages an agent takes from its stream at once "
-                           "(one batch: one message per destination partition, one state write per key)")] = 256
+                           "(one batch: one message per destination partition, one state write per key)")] = 1024
+    prepare_slice_bytes: Annotated[int, Meta(ge=1, le=1 << 26, description="page bytes the prepare agent "
+                                     "prepares and sends in one go before it lets the worker's other agents run "
+                                     "(a batch of long pages would hold them for a second)")] = 262_144
     inject_delay: Annotated[str, Meta(pattern=r"^$|^(prepare|exact|index|decide):[0-9.]+:[0-9.]+$", description="fault injection for tests: 'stage:seconds:for_s' sleeps that long per item "
                               "in that stage during the first for_s seconds after start (a slow consumer)")] = ""
     inject_stall: Annotated[bool, Meta(description="fault injection for tests: after its first batch of page events "

@@ -36,8 +36,8 @@ from ..config import Settings
 from ..core.document import Rejected
 from ..core.exact import ExactStore
 from ..core.index import BucketIndex
-from ..core.stages import (DecideStage, IndexStage, DocStates, Prepared, Preparer, Probe, ToDecide, digest_partition,
-                           exact_stage, id_partition, pack_batches, unpack_batch)
+from ..core.stages import (DecideStage, IndexStage, DocStates, Prepared, Preparer, Probe, ToDecide, byte_slices,
+                           digest_partition, exact_stage, id_partition, pack_batches, unpack_batch)
 from ..core.store import WriteBack
 from ..kafka_io import client_config
 from .changelog import BulkSender, Record, TableMapping
@@ -411,45 +411,56 @@ def build_app(settings: Settings) -> faust.App:
 
     @app.agent(pages)
     async def prepare(stream):
-        async for batch in batches(stream):
-            out: dict = {}
-            if stopping:
-                return hold(batch)
-            t0 = time.perf_counter()
+        async for whole in batches(stream):
             raws = [(msg.value if msg.value is not None else b"", msg.timestamp and int(msg.timestamp * 1000))
-                    for _, msg in batch]
-            # the whole batch at once: detectors do their numpy work per batch (Detector.prefetch)
-            results = preparer.prepare_many(raws)
-            per_event = (time.perf_counter() - t0) / max(1, len(batch))
-            for (ev, msg), (raw, _), p in zip(batch, raws, results):
+                    for _, msg in whole]
+            # a batch of 1,024 SMS is prepared at once; one of long pages in slices (see byte_slices)
+            for part in byte_slices([len(raw) for raw, _ in raws], w.prepare_slice_bytes):
                 if stopping:
-                    return hold(batch)
-                worked.add((msg.topic, msg.partition))
-                if slow_stage:
-                    await injected_delay("prepare")
-                counts["in"] += 1
-                if isinstance(p, Exception):  # bad input never stops the worker
-                    reason, detail = (p.reason, p.detail) if isinstance(p, Rejected) else ("internal_error", repr(p))
-                    if reason == "internal_error":
-                        log.error("prepare failed on %s[%d]@%d", msg.topic, msg.partition, msg.offset, exc_info=p)
-                    counts[f"dlq.{reason}"] += 1
-                    counts["dlq"] += 1
-                    metrics.dlq.labels(reason).inc()
-                    await publish(dlq, [(msg.key, json.dumps({
-                        "reason": reason, "detail": detail[:1000], "original_b64": base64.b64encode(raw).decode(),
-                        "topic": msg.topic, "partition": msg.partition, "offset": msg.offset}).encode())])
-                    continue
-                counts["prepared"] += 1
-                prepare_s.observe(per_event)
-                out.setdefault((fingerprints, digest_partition(p.digest, n)), []).append(p.to_bytes())
-            if await send_batches(out) is None:
-                return hold(batch)
-            metrics.events_in.inc(len(batch))
-            if w.inject_stall and not counts["injected_stalls"]:
-                # a partition assigned and never fetched again (faust-streaming #175), on purpose
-                counts["injected_stalls"] += 1
-                app.consumer.pause_partitions({tp for tp in app.consumer.assignment()
-                                               if tp.topic == pages.get_topic_name()})
+                    return hold(whole)
+                if part.start:
+                    await asyncio.sleep(0)  # the worker's other agents go on between slices
+                if not await prepare_slice(whole[part.start:part.stop], raws[part.start:part.stop]):
+                    return hold(whole)
+
+    async def prepare_slice(batch: list, raws: list) -> bool:
+        """Prepares page events and sends what they make; False when the worker is stopping (the
+        caller then holds its whole batch for replay)."""
+        out: dict = {}
+        t0 = time.perf_counter()
+        # the whole slice at once: detectors do their numpy work per batch (Detector.prefetch)
+        results = preparer.prepare_many(raws)
+        per_event = (time.perf_counter() - t0) / max(1, len(batch))
+        for (ev, msg), (raw, _), p in zip(batch, raws, results):
+            if stopping:
+                return False
+            worked.add((msg.topic, msg.partition))
+            if slow_stage:
+                await injected_delay("prepare")
+            counts["in"] += 1
+            if isinstance(p, Exception):  # bad input never stops the worker
+                reason, detail = (p.reason, p.detail) if isinstance(p, Rejected) else ("internal_error", repr(p))
+                if reason == "internal_error":
+                    log.error("prepare failed on %s[%d]@%d", msg.topic, msg.partition, msg.offset, exc_info=p)
+                counts[f"dlq.{reason}"] += 1
+                counts["dlq"] += 1
+                metrics.dlq.labels(reason).inc()
+                await publish(dlq, [(msg.key, json.dumps({
+                    "reason": reason, "detail": detail[:1000], "original_b64": base64.b64encode(raw).decode(),
+                    "topic": msg.topic, "partition": msg.partition, "offset": msg.offset}).encode())])
+                continue
+            counts["prepared"] += 1
+            prepare_s.observe(per_event)
+            out.setdefault((fingerprints, digest_partition(p.digest, n)), []).append(p.to_bytes())
+        if await send_batches(out) is None:
+            return False
+        metrics.events_in.inc(len(batch))
+        if w.inject_stall and not counts["injected_stalls"]:
+            # a partition assigned and never fetched again (faust-streaming #175), on purpose
+            counts["injected_stalls"] += 1
+            app.consumer.pause_partitions({tp for tp in app.consumer.assignment()
+                                           if tp.topic == pages.get_topic_name()})
+        return True
 
     @app.agent(fingerprints)
     async def exact(stream):

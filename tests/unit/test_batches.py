@@ -20,8 +20,8 @@ from stream_dedup.core.engine import Engine
 from stream_dedup.core.exact import ExactStore
 from stream_dedup.core.index import BucketIndex
 from stream_dedup.core.stages import (BATCH_MAX_BYTES, DecideStage, IndexStage, DocStates, Preparer, Prepared,
-                                      Probe, ToDecide, digest_partition, exact_stage, id_partition, pack_batches,
-                                      unpack_batch)
+                                      Probe, ToDecide, byte_slices, digest_partition, exact_stage, id_partition,
+                                      pack_batches, unpack_batch)
 from stream_dedup.core.store import WriteBack
 
 from ..conftest import shared_data
@@ -41,6 +41,24 @@ def test_pack_batches_round_trips_and_respects_the_size_cap():
                                                                             (small, big, small)]
     assert pack_batches([]) == [] and unpack_batch(b"") == []
     assert BATCH_MAX_BYTES < 1_000_000  # under Kafka's default message size limit
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_byte_slices_cover_every_item_once_in_order_within_the_budget(seed):
+    """The prepare agent's slices of a batch: every page exactly once, in order, no slice over the
+    budget unless one page alone is, and no slice that could have taken its next page."""
+    rng = random.Random(seed)
+    sizes = [rng.choice([0, 1, 150, 3_000, 40_000, 300_000]) for _ in range(rng.randint(0, 400))]
+    budget = rng.choice([1, 4_096, 262_144])
+    parts = byte_slices(sizes, budget)
+    assert [i for r in parts for i in r] == list(range(len(sizes)))
+    assert all(len(r) > 0 for r in parts)
+    for r, nxt in zip(parts, parts[1:] + [None]):
+        total = sum(sizes[i] for i in r)
+        assert total <= budget or len(r) == 1
+        if nxt is not None:
+            assert total + sizes[nxt.start] > budget  # a greedy cut: the next page did not fit
+    assert byte_slices([], 10) == [] and byte_slices([5, 5, 5], 10) == [range(0, 2), range(2, 3)]
 
 
 def test_batches_carry_json_items_and_read_batches_of_earlier_versions():
