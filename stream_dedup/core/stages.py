@@ -94,7 +94,7 @@ def byte_slices(sizes: list[int], max_bytes: int) -> list[range]:
     Why: the prepare agent takes page events in large batches (a worker's fixed costs per batch and
     per message of the internal topics are then spread over many SMS), but a batch of a thousand
     news pages is a second of work that would hold every other agent of the worker; it prepares and
-    sends such a batch slice by slice."""
+    sends such a batch slice by slice. ``pack_batches`` cuts the internal messages the same way."""
     out: list[range] = []
     start, total = 0, 0
     for i, n in enumerate(sizes):
@@ -114,19 +114,10 @@ def pack_batches(items: list[bytes], max_bytes: int = BATCH_MAX_BYTES) -> list[b
     the workers send one message per destination partition per batch, not one per item. An item
     larger than ``max_bytes`` travels alone (in an array of one).
     """
-    out: list[bytes] = []
-    cur: list[bytes] = []
-    size = 0
-    for it in items:
-        el = _element(it)
-        if cur and size + len(el) > max_bytes - 5:  # 5: the largest array header
-            out.append(_array_header(len(cur)) + b"".join(cur))
-            cur, size = [], 0
-        cur.append(el)
-        size += len(el)
-    if cur:
-        out.append(_array_header(len(cur)) + b"".join(cur))
-    return out
+    els = [_element(it) for it in items]
+    # 5: the largest array header
+    return [_array_header(len(r)) + b"".join(els[r.start:r.stop])
+            for r in byte_slices([len(e) for e in els], max_bytes - 5)]
 
 
 def unpack_batch(message: bytes) -> list[Any]:
