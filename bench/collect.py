@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -23,15 +24,20 @@ COMMANDS = {"quality": "python bench/quality.py", "fingerprint": "python bench/f
             "segmenters": "python bench/segmenters.py", "stages": "python bench/stages.py", "kafka_profile": "python bench/kafka_e2e.py"}
 
 
+def base_of(name: str) -> str:
+    """The script behind a result: kafka_e2e_rate618 and kafka_e2e_half are kafka_e2e's."""
+    return re.sub(r"_(rate\d+|half)$", "", name)
+
+
 def main() -> None:
     parts = ["# Benchmark results\n", "Latest run of each script on the project's 2-core development machine "
              "(noisy: medians and ratios measured in one run matter, not absolute numbers).\n"]
-    names = sorted({p.stem for p in RESULTS.glob("*.json")}, key=lambda n: (ORDER.index(n.split("_rate")[0])
-                                                                          if n.split("_rate")[0] in ORDER else 99, n))
+    names = sorted({p.stem for p in RESULTS.glob("*.json")},
+                   key=lambda n: (ORDER.index(base_of(n)) if base_of(n) in ORDER else 99, n))
     for name in names:
         data = json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
         m = data.get("machine", {})
-        base = name.split("_rate")[0]
+        base = base_of(name)
         table = (RESULTS / f"{name}.md").read_text(encoding="utf-8").rsplit("\n\n{", 1)[0]
         parts.append(f"## {TITLES.get(base, name)}{' (' + name + ')' if name != base else ''}\n")
         cmd = COMMANDS.get(base, name)

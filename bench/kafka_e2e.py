@@ -1,6 +1,6 @@
 """Kafka end to end on a real broker: sustained events/s and verdict latency, 1 and 2 workers.
 
-    python bench/kafka_e2e.py [--events 10000] [--workers 1 2] [--kinds sms news] [--rate R] [--repeat 3]
+    python bench/kafka_e2e.py [--events 10000] [--workers 1 2] [--kinds sms news] [--rate R|half] [--repeat 3]
                               [--profile] [--partitions 6] [--warmup-runs 2]
 
 Starts the local broker (unless KAFKA_BOOTSTRAP is set) and warms it with --warmup-runs unreported
@@ -11,7 +11,10 @@ verdicts. Throughput = events / (last verdict - first send); latency = verdict a
 send time. The same events also go through the embedded engine (`scan`'s Engine) for the ratio,
 warm like the workers (after 100 events in the same process; before 2026-11-24 the embedded run
 included jieba's dictionary load, about 1 s of a 3,000-SMS run, which flattered the ratio).
-With --rate, events are sent at that rate (use half the measured maximum for the latency target).
+With --rate R, events are sent at R per second. With --rate half, every configuration is measured
+twice in the same invocation: at full speed, then at half the median events/s it just reached (the
+latency target's rate, taken from the same hour's maximum: this machine's speed moves by up to 1.5x
+between hours, and a fixed rate copied from another hour's maximum may be that hour's maximum).
 Every configuration runs --repeat times (fresh topics and workers each time; 3 by default, 1 with
 --profile): the table gives the medians of events/s, p50 and p99 and every run's events/s and p99,
 because two runs of the same command differ by up to ±30 % on this machine; the other columns
@@ -240,6 +243,38 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
     return result
 
 
+def measure(kind: str, events: list[dict], w: int, rate: float | None, repeat: int, tmp: Path, profile: bool,
+            partitions: int) -> dict:
+    """One configuration run ``repeat`` times, combined (``combine``)."""
+    runs = []
+    for i in range(repeat):
+        one = run_one(events, w, rate, tmp, profile, partitions)
+        print(f"{kind} x{w} rate {rate or 'max'} run {i + 1}/{repeat}: {one['events_per_s']} events/s, p50 "
+              f"{one['latency_median_ms']} ms, p99 {one['latency_p99_ms']} ms, worker logs:",
+              one.get("worker_log"), "cores per worker:", one["cpu"]["per_worker_cores"], flush=True)
+        if (min(one["cpu"]["per_worker_cores"]) < 0.05 or one["worker_log"]["errors"]
+                or one["worker_log"]["exited early"]):
+            print("warning: in this run a worker did (almost) nothing, left early or logged an error; "
+                  "see worker_log and cpu in the JSON", flush=True)
+        runs.append(one)
+    r = combine(runs)
+    r.update(kind=kind, workers=w, rate=rate)
+    return r
+
+
+def row(r: dict, scan_rate: float) -> list:
+    mpe = r["messages_per_event"]
+    return [r["kind"], r["workers"], r["rate"] or "max", r["events"], r["answered"], r["events_per_s"],
+            " / ".join(f"{x['events_per_s']:.0f}" for x in r["repeats"]),
+            r["latency_median_ms"], r["latency_p99_ms"],
+            " / ".join(f"{x['latency_p99_ms']:.0f}" for x in r["repeats"]),
+            round(scan_rate, 1), r["ratio_to_scan"],
+            round(mpe["fingerprints"] + mpe["probes"] + mpe["answers"], 1),
+            round(mpe["exact-changelog"] + mpe["index-changelog"] + mpe["decide-changelog"], 1),
+            r["cpu"]["workers_cores"], r["cpu"].get("broker_cores"), r["cpu"].get("irq_cores"),
+            r["cpu"]["rest_cores"], r["cpu"]["bench_client_cores"], r["cpu"]["idle_cores"]]
+
+
 def combine(runs: list[dict]) -> dict:
     """One configuration's runs as one result: the run with the median events/s (its timeline, cores,
     messages and profile), with events/s, p50 and p99 replaced by their medians over the runs, and
@@ -262,6 +297,18 @@ def embedded(events: list[dict]) -> float:
     return len(events) / (time.perf_counter() - t0)
 
 
+def rate_arg(text: str) -> float | str:
+    if text == "half":
+        return text
+    try:
+        r = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a rate is events/s or 'half', not {text!r}") from None
+    if r <= 0:
+        raise argparse.ArgumentTypeError("a rate must be positive")
+    return r
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     # at most this many of each kind (the news set has 2,722). 10,000 rather than 3,000 since the
@@ -269,7 +316,8 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=10000)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--kinds", nargs="+", default=["sms", "news"])
-    ap.add_argument("--rate", type=float, default=None)
+    ap.add_argument("--rate", type=rate_arg, default=None, metavar="R|half",
+                    help="events/s to send; half: each configuration at full speed, then at half of that")
     ap.add_argument("--profile", action="store_true", help="sample the workers with py-spy (bench extra)")
     ap.add_argument("--partitions", type=int, default=6, help="of pages and every internal topic")
     ap.add_argument("--repeat", type=int, default=None, help="runs per configuration (default 3; 1 with --profile)")
@@ -281,6 +329,8 @@ def main() -> None:
     if a.profile and not Profiler.available():
         ap.error("--profile needs py-spy: pip install -e '.[bench]'")
     need_shared()
+    half = a.rate == "half"
+    fixed_rate = None if half else a.rate
     started = False
     broker_env = dict(os.environ, KAFKA_PORT="19192")  # no KAFKA_BOOTSTRAP: kafka.sh leaves a named cluster alone
     if not os.environ.get("KAFKA_BOOTSTRAP"):
@@ -298,7 +348,7 @@ def main() -> None:
             # 414 ms (seventh stop). A deployed broker has been up for days, so the measured runs start
             # after N runs of the first kind's events at the same rate, with the most workers asked for.
             for i in range(a.warmup_runs):
-                warm = run_one(events_of[a.kinds[0]], max(a.workers), a.rate, tmp, False, a.partitions)
+                warm = run_one(events_of[a.kinds[0]], max(a.workers), fixed_rate, tmp, False, a.partitions)
                 warmups.append({k: warm[k] for k in ("events_per_s", "latency_median_ms", "latency_p99_ms", "cpu")})
                 print(f"broker warm-up run {i + 1}/{a.warmup_runs} (not reported): {warm['events_per_s']} events/s, "
                       f"p99 {warm['latency_p99_ms']} ms", flush=True)
@@ -306,41 +356,26 @@ def main() -> None:
             embedded(events[:100])  # warm, as the workers are: jieba's dictionary loaded, code paths run once
             scan_rate = statistics.median(embedded(events) for _ in range(repeat))
             for w in a.workers:
-                runs = []
-                for i in range(repeat):
-                    one = run_one(events, w, a.rate, tmp, a.profile, a.partitions)
-                    print(f"{kind} x{w} run {i + 1}/{repeat}: {one['events_per_s']} events/s, p50 "
-                          f"{one['latency_median_ms']} ms, p99 {one['latency_p99_ms']} ms, worker logs:",
-                          one.get("worker_log"), "cores per worker:", one["cpu"]["per_worker_cores"], flush=True)
-                    if (min(one["cpu"]["per_worker_cores"]) < 0.05 or one["worker_log"]["errors"]
-                            or one["worker_log"]["exited early"]):
-                        print("warning: in this run a worker did (almost) nothing, left early or logged an error; "
-                              "see worker_log and cpu in the JSON", flush=True)
-                    runs.append(one)
-                r = combine(runs)
-                r.update(kind=kind, workers=w, scan_events_per_s=round(scan_rate, 1),
-                         ratio_to_scan=round(r["events_per_s"] / scan_rate, 3), rate=a.rate)
-                results.append(r)
-                mpe = r["messages_per_event"]
-                rows.append([kind, w, r["events"], r["answered"], r["events_per_s"],
-                             " / ".join(f"{x['events_per_s']:.0f}" for x in r["repeats"]),
-                             r["latency_median_ms"], r["latency_p99_ms"],
-                             " / ".join(f"{x['latency_p99_ms']:.0f}" for x in r["repeats"]),
-                             round(scan_rate, 1), r["ratio_to_scan"],
-                             round(mpe["fingerprints"] + mpe["probes"] + mpe["answers"], 1),
-                             round(mpe["exact-changelog"] + mpe["index-changelog"] + mpe["decide-changelog"], 1),
-                             r["cpu"]["workers_cores"], r["cpu"].get("broker_cores"), r["cpu"].get("irq_cores"),
-                             r["cpu"]["rest_cores"], r["cpu"]["bench_client_cores"], r["cpu"]["idle_cores"]])
-                print(rows[-1], flush=True)
+                rates = [fixed_rate]
+                while rates:
+                    rate = rates.pop(0)
+                    r = measure(kind, events, w, rate, repeat, tmp, a.profile, a.partitions)
+                    r.update(scan_events_per_s=round(scan_rate, 1), ratio_to_scan=round(r["events_per_s"] / scan_rate, 3))
+                    results.append(r)
+                    rows.append(row(r, scan_rate))
+                    print(rows[-1], flush=True)
+                    if half and rate is None:
+                        rates.append(round(r["events_per_s"] / 2, 1))
     finally:
         if started:
             # not os.environ, which names the broker by now: kafka.sh would leave it running
             subprocess.run([str(REPO / "deploy/kafka/kafka.sh"), "stop"], env=broker_env)
         shutil.rmtree(tmp, ignore_errors=True)
-    text = table(["kind", "workers", "events", "answered", "events/s", "events/s runs", "latency p50 ms",
+    text = table(["kind", "workers", "rate", "events", "answered", "events/s", "events/s runs", "latency p50 ms",
                   "latency p99 ms", "p99 runs", "scan events/s", "kafka/scan", "internal msgs/event", "changelog msgs/event",
                   "cores: workers", "broker", "kernel irq", "rest", "bench client", "idle"], rows)
-    name = (("kafka_profile" if a.profile else "kafka_e2e") + (f"_rate{int(a.rate)}" if a.rate else "")
+    name = (("kafka_profile" if a.profile else "kafka_e2e")
+            + ("_half" if half else f"_rate{int(a.rate)}" if a.rate else "")
             + (f"_p{a.partitions}" if a.partitions != 6 else ""))
     if a.profile:
         text += "\n\nWhere the workers' CPU went (py-spy, all workers together; shares of CPU in use):\n\n" + table(
@@ -349,7 +384,7 @@ def main() -> None:
              for r in results for cat, v in r["profile"]["by_category"].items()]
             + [[r["kind"], r["workers"], "all", 1.0, r["profile"]["cpu_ms_per_event"]] for r in results])
     for r in results:
-        print(f"{r['kind']} x{r['workers']}: latency p50/p99 ms by tenth of the run:",
+        print(f"{r['kind']} x{r['workers']} rate {r['rate'] or 'max'}: latency p50/p99 ms by tenth of the run:",
               " ".join(f"{t['p50_ms']:.0f}/{t['p99_ms']:.0f}" for t in r["latency_by_tenth"]))
     save(name, {"runs": results, "broker_warmup_runs": warmups, "args": vars(a)}, text)
     plot(name, results)
