@@ -13,7 +13,7 @@ warm like the workers (after 100 events in the same process; before 2026-11-24 t
 included jieba's dictionary load, about 1 s of a 3,000-SMS run, which flattered the ratio).
 With --rate R, events are sent at R per second. With --rate half, every configuration is measured
 twice in the same invocation: at full speed, then at half the median events/s it just reached (the
-latency target's rate, taken from the same hour's maximum: this machine's speed moves by up to 1.5x
+latency target's rate, taken from the same hour's maximum: this machine's speed moves by up to 2x
 between hours, and a fixed rate copied from another hour's maximum may be that hour's maximum).
 Every configuration runs --repeat times (fresh topics and workers each time; 3 by default, 1 with
 --profile): the table gives the medians of events/s, p50 and p99 and every run's events/s and p99,
@@ -355,17 +355,18 @@ def main() -> None:
         for kind, events in events_of.items():
             embedded(events[:100])  # warm, as the workers are: jieba's dictionary loaded, code paths run once
             scan_rate = statistics.median(embedded(events) for _ in range(repeat))
+            def record(r: dict) -> dict:
+                r.update(scan_events_per_s=round(scan_rate, 1), ratio_to_scan=round(r["events_per_s"] / scan_rate, 3))
+                results.append(r)
+                rows.append(row(r, scan_rate))
+                print(rows[-1], flush=True)
+                return r
+
             for w in a.workers:
-                rates = [fixed_rate]
-                while rates:
-                    rate = rates.pop(0)
-                    r = measure(kind, events, w, rate, repeat, tmp, a.profile, a.partitions)
-                    r.update(scan_events_per_s=round(scan_rate, 1), ratio_to_scan=round(r["events_per_s"] / scan_rate, 3))
-                    results.append(r)
-                    rows.append(row(r, scan_rate))
-                    print(rows[-1], flush=True)
-                    if half and rate is None:
-                        rates.append(round(r["events_per_s"] / 2, 1))
+                first = record(measure(kind, events, w, fixed_rate, repeat, tmp, a.profile, a.partitions))
+                if half:  # the same configuration again, at half the rate it just reached
+                    record(measure(kind, events, w, round(first["events_per_s"] / 2, 1), repeat, tmp, a.profile,
+                                   a.partitions))
     finally:
         if started:
             # not os.environ, which names the broker by now: kafka.sh would leave it running
