@@ -193,6 +193,10 @@ class WorkerSettings(_Section):
                                       "more CPU than judging the event; adds up to 4x this to a verdict's latency")] = 5.0
     heap_trim_s: Annotated[float, Meta(ge=0, description="give free heap pages back to the system this often "
                                "(glibc malloc_trim), so RSS follows the memory in use; 0: never")] = 60.0
+    gc_threshold: Annotated[int, Meta(ge=0, description="allocations between the garbage collector's young "
+                                "passes, with start-up's objects frozen out of its walks once the worker is up "
+                                "(CPython's default 700 made 60-80 ms full passes over them); 0: CPython's "
+                                "defaults, nothing frozen")] = 50_000
 
 
 class Settings(_Section):

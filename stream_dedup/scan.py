@@ -1,7 +1,6 @@
 """``stream-dedup scan``: the embedded engine over a JSONL file or stdin."""
 from __future__ import annotations
 
-import gc
 import itertools
 import json
 import os
@@ -10,10 +9,10 @@ import sys
 import time
 import traceback
 from collections import Counter, deque
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
+from .collector import fewer_collections
 from .config import Settings
 from .core.document import Rejected
 from .core.engine import Engine
@@ -268,24 +267,6 @@ def _count_lines(path: str) -> int:
     return n
 
 
-@contextmanager
-def _fewer_collections() -> Iterator[None]:
-    """The cyclic garbage collector frozen at what is loaded, and run less often, while a scan runs.
-
-    Why: a scan allocates several small objects per document that live until it ends (decide states,
-    digests by id), so the collector's passes find little to free and walk ever more: 7 % of judging
-    10,000 SMS. ``freeze`` takes the start-up's objects (modules, the IDF table's words) out of its
-    walks; a pass every 50,000 allocations instead of 700 keeps memory bounded all the same."""
-    old = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-        gc.unfreeze()
-
-
 def _progress_bar(total: int | None):
     from tqdm import tqdm  # only when shown: its import is 13 ms of every scan's start-up
 
@@ -314,7 +295,7 @@ def run_scan(settings: Settings, input_path: str, out_path: str = "-", *, state_
              clusters_path: str | None = None, jobs: int = 1) -> ScanSummary:
     """``jobs``: processes that prepare documents (``FilePreparers`` for a file, else
     ``prepared_in_order``); the verdicts do not depend on it."""
-    with _fewer_collections():
+    with fewer_collections():
         return _run_scan(settings, input_path, out_path, state_dir=state_dir, progress=progress,
                          report_bad=report_bad, quiet=quiet, clusters_path=clusters_path, jobs=jobs)
 

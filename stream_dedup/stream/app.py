@@ -32,6 +32,7 @@ import msgspec
 from faust.streams import _current_event, current_event
 from faust.types import TP
 
+from .. import collector
 from ..config import Settings
 from ..core.document import Rejected
 from ..core.exact import ExactStore
@@ -740,6 +741,15 @@ def build_app(settings: Settings) -> faust.App:
         """Readiness: not rebalancing or restoring tables."""
         rebalancing = bool(app.rebalancing)
         return web.json({"ready": not rebalancing}, status=503 if rebalancing else 200)
+
+    if w.gc_threshold:
+        @app.task
+        async def settle_collector() -> None:
+            """Start-up is over (Faust starts app tasks once the tables are recovered): freeze what it
+            made out of the garbage collector's walks (see ``collector``)."""
+            counts["gc.frozen"] = collector.settle(w.gc_threshold)
+            log.info("garbage collector: %d start-up objects frozen, a young pass every %d allocations",
+                     counts["gc.frozen"], w.gc_threshold)
 
     app.stream_dedup_metrics = metrics  # type: ignore[attr-defined]
     app.stream_dedup_exit_code = 0  # type: ignore[attr-defined]
