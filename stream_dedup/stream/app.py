@@ -747,7 +747,7 @@ def build_app(settings: Settings) -> faust.App:
         async def settle_collector() -> None:
             """Start-up is over (Faust starts app tasks once the tables are recovered): freeze what it
             made out of the garbage collector's walks (see ``collector``)."""
-            counts["gc.frozen"] = collector.settle(w.gc_threshold)
+            counts["gc.frozen"] = collector.settle(w.gc_threshold, collect=True)
             log.info("garbage collector: %d start-up objects frozen, a young pass every %d allocations",
                      counts["gc.frozen"], w.gc_threshold)
 

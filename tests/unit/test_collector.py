@@ -5,6 +5,12 @@ import weakref
 from stream_dedup.collector import fewer_collections, settle
 
 
+class Node:
+    """An object that can be weakly referenced and hold itself: a reference cycle."""
+
+    me: "Node"
+
+
 def test_settle_freezes_what_exists_and_raises_the_young_threshold():
     old = gc.get_threshold()
     try:
@@ -18,8 +24,20 @@ def test_settle_freezes_what_exists_and_raises_the_young_threshold():
         gc.set_threshold(*old)
 
 
-class Node:
-    me: "Node"
+def test_settle_collects_start_up_garbage_before_freezing_when_asked():
+    old = gc.get_threshold()
+    try:
+        gc.disable()  # no pass of its own between making the garbage and settling
+        cycle = Node()
+        cycle.me = cycle
+        ref = weakref.ref(cycle)
+        del cycle
+        settle(collect=True)
+        assert ref() is None  # collected, not frozen
+    finally:
+        gc.enable()
+        gc.unfreeze()
+        gc.set_threshold(*old)
 
 
 def test_fewer_collections_undoes_itself_and_still_frees_new_cycles():
