@@ -11,10 +11,11 @@ verdicts. Throughput = events / (last verdict - first send); latency = verdict a
 send time. The same events also go through the embedded engine (`scan`'s Engine) for the ratio,
 warm like the workers (after 100 events in the same process; before 2026-11-24 the embedded run
 included jieba's dictionary load, about 1 s of a 3,000-SMS run, which flattered the ratio).
-With --rate R, events are sent at R per second (those due within the same 5 ms together). With --rate half, every configuration is measured
-twice in the same invocation: at full speed, then at half the median events/s it just reached (the
-latency target's rate, taken from the same hour's maximum: this machine's speed moves by up to 2x
-between hours, and a fixed rate copied from another hour's maximum may be that hour's maximum).
+With --rate R, events are sent at R per second (those due within the same 5 ms together). With
+--rate half, every configuration is measured twice in the same invocation: at full speed, then at
+half the median events/s it just reached (the latency target's rate, taken from the same hour's
+maximum: this machine's speed moves by up to 2x between hours, and a fixed rate copied from another
+hour's maximum may be that hour's maximum).
 Every configuration runs --repeat times (fresh topics and workers each time; 3 by default, 1 with
 --profile): the table gives the medians of events/s, p50 and p99 and every run's events/s and p99,
 because two runs of the same command differ by up to ±30 % on this machine; the other columns

@@ -658,6 +658,15 @@ def build_app(settings: Settings) -> faust.App:
             """Return free heap pages to the system (see ``heap``): RSS follows the memory in use."""
             counts["heap.trims"] += heap.trim()
 
+    if w.gc_threshold:
+        @app.task
+        async def settle_collector() -> None:
+            """Start-up is over (Faust starts app tasks once the tables are recovered): freeze what it
+            made out of the garbage collector's walks (see ``collector``)."""
+            counts["gc.frozen"] = collector.settle(w.gc_threshold, collect=True)
+            log.info("garbage collector: %d start-up objects frozen, a young pass every %d allocations",
+                     counts["gc.frozen"], w.gc_threshold)
+
     @app.timer(interval=10.0)
     async def report() -> None:
         try:
@@ -741,15 +750,6 @@ def build_app(settings: Settings) -> faust.App:
         """Readiness: not rebalancing or restoring tables."""
         rebalancing = bool(app.rebalancing)
         return web.json({"ready": not rebalancing}, status=503 if rebalancing else 200)
-
-    if w.gc_threshold:
-        @app.task
-        async def settle_collector() -> None:
-            """Start-up is over (Faust starts app tasks once the tables are recovered): freeze what it
-            made out of the garbage collector's walks (see ``collector``)."""
-            counts["gc.frozen"] = collector.settle(w.gc_threshold, collect=True)
-            log.info("garbage collector: %d start-up objects frozen, a young pass every %d allocations",
-                     counts["gc.frozen"], w.gc_threshold)
 
     app.stream_dedup_metrics = metrics  # type: ignore[attr-defined]
     app.stream_dedup_exit_code = 0  # type: ignore[attr-defined]
