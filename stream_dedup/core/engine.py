@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterable
 from .document import Rejected
 from .exact import ExactStore
 from .index import BucketIndex
-from .stages import DecideStage, IndexStage, Prepared, Preparer, exact_stage
+from .stages import DecideStage, IndexStage, Prepared, Preparer, exact_stage, fan_out
 from .store import Buffered, KVStore
 from .verdict import Cluster, Verdict
 
@@ -69,7 +69,8 @@ class Engine:
             raise Rejected("id_conflict", f"id {prepared.id!r} was already seen with different content")
         self.digests[prepared.id] = prepared.digest
         verdicts: list[Verdict] = []
-        msgs, probes = exact_stage(self.exact, prepared, 1)
+        fingerprint, probes = fan_out(prepared, 1)
+        msgs, _ = exact_stage(self.exact, fingerprint, 1)
         for probe in probes:
             msgs += self.index.process(probe)
         queue = list(reversed(msgs))

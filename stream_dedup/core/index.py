@@ -89,10 +89,11 @@ def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: 
         return packed if cap > 0 else b""
     old = _entries(raw)
     # the common case in a live stream: the newest entry, nothing expired, a new id; appending
-    # gives the same bytes as the full merge below, without re-encoding the bucket
-    if (old[0][0] >= cutoff and (entry[0], entry[1]) > (old[-1][0], old[-1][1]) and len(old) < cap
+    # gives the same bytes as the full merge below, without re-encoding the bucket, and a full
+    # bucket (a campaign's copies) keeps its earliest entries as they are
+    if (old[0][0] >= cutoff and (entry[0], entry[1]) > (old[-1][0], old[-1][1])
             and all(e[1] != entry[1] for e in old)):
-        return raw + packed
+        return raw + packed if len(old) < cap else raw
     entries = [e for e in old if e[0] >= cutoff and e[1] != entry[1]]
     entries.append(entry)
     entries.sort(key=lambda e: (e[0], e[1]))

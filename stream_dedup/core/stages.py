@@ -1,7 +1,13 @@
 """The stage functions of the dataflow, shared by both drivers.
 
-    prepare ──► exact ──► probes ──► index ──► decide
-    (stateless)  (by digest)  (by band-key partition)  (by doc id)
+    prepare ─┬─► exact ────────────────────────┬─► decide
+    (stateless) (by digest)                     │   (by doc id)
+             └─► probes ──► index ─────────────┘
+                 (by band-key partition)
+
+``prepare`` sends a document's probes to the index partitions itself (``fan_out``), while the exact
+stage checks its digest: two hops from page to verdict instead of three, for every document (see
+``fan_out`` for what that costs and why the verdicts do not change).
 
 ``Engine`` calls them in one process (one partition of everything); the Kafka workers call the
 same functions on the partitions they own and carry the messages below between them over
@@ -198,7 +204,11 @@ def _unb64(s: str) -> bytes:
 # ------------------------------------------------------------------------------------ messages
 @dataclass
 class Prepared(_Wire):
-    """prepare -> exact: everything the later stages need of one document (never its text)."""
+    """prepare -> exact: everything the later stages need of one document (never its text).
+
+    ``probes``: how many probes ``prepare`` sent to the index itself (``fan_out``); the message then
+    carries no sketches. None in a message from a version before that: the exact stage routes its
+    sketches (``exact_stage``), so a rolling upgrade loses nothing in flight."""
 
     id: str
     ts: int
@@ -207,27 +217,30 @@ class Prepared(_Wire):
     sketches: list[tuple[int, tuple[int, ...], bytes]]  # (detector code, keys, payload)
     rank: float | None = None
     snippet: str = ""  # the start of the normalized text: the sample a cluster record shows
+    probes: int | None = None
 
     def _wire(self) -> list:
-        return [self.id, self.ts, self.digest, self.kind, self.sketches, self.rank, self.snippet]
+        return [self.id, self.ts, self.digest, self.kind, self.sketches, self.rank, self.snippet, self.probes]
 
     def _json(self) -> bytes:
         return _dumps({"id": self.id, "ts": self.ts, "d": _b64(self.digest), "k": self.kind,
-                       "s": [[c, list(k), _b64(p)] for c, k, p in self.sketches], "r": self.rank, "x": self.snippet})
+                       "s": [[c, list(k), _b64(p)] for c, k, p in self.sketches], "r": self.rank, "x": self.snippet,
+                       "n": self.probes})
 
     @classmethod
     def _from_wire(cls, v: list) -> "Prepared":
-        return cls(v[0], v[1], v[2], v[3], [(c, tuple(k), p) for c, k, p in v[4]], v[5], v[6])
+        return cls(v[0], v[1], v[2], v[3], [(c, tuple(k), p) for c, k, p in v[4]], v[5], v[6],
+                   v[7] if len(v) > 7 else None)
 
     @classmethod
     def _from_json(cls, d: dict) -> "Prepared":
         return cls(d["id"], d["ts"], _unb64(d["d"]), d["k"], [(c, tuple(k), _unb64(p)) for c, k, p in d["s"]],
-                   d.get("r"), d.get("x", ""))
+                   d.get("r"), d.get("x", ""), d.get("n"))
 
 
 @dataclass
 class Probe(_Wire):
-    """exact -> index: one document's keys that fall in one band-key partition."""
+    """prepare -> index: one document's keys that fall in one band-key partition."""
 
     id: str
     ts: int
@@ -255,6 +268,7 @@ class ToDecide(_Wire):
     """exact/index -> decide, keyed by the document it is about.
 
     kind "expect": the exact stage's word (``expected`` probe answers, ``cand`` an exact original);
+    it may arrive before or after the answers it counts;
     kind "answer": one probe's earliest near match (``part`` names the probe's partition);
     kind "offer": a late match or an exact revision for an already-seen document;
     kind "join"/"leave" (decide -> decide): ``member`` = [id, ts, rank] now names / no longer names
@@ -387,21 +401,47 @@ def route_probes(p: Prepared, partitions: int) -> list[Probe]:
             for part, dets in sorted(by_part.items())]
 
 
+def fan_out(p: Prepared, partitions: int) -> tuple[Prepared, list[Probe]]:
+    """Split a prepared document into its probes (to the index partitions) and what the exact stage
+    needs (the digest and how many probes went out, no sketches), both sent by prepare at once.
+
+    Why not probe after the exact check, as the design first had it (exact copies never probed):
+    a document crossed four topics from page to verdict, and at a steady input every hop adds a
+    batch, a fetch and a produce; the exact stage also decoded and re-encoded every document's
+    sketches. Now the exact check and the probes run side by side. The price: exact copies are
+    probed and inserted into the buckets too. Their own verdicts do not change (an exact match
+    beats every near match, ``DocState``). Another document's changes only where the original is
+    not there to match first: a copy has its original's text, so its keys and payloads, and a later
+    (ts, id) (the exact store names the earliest), so the copy can only be the earliest match
+    where the original has left that document's window (or, an HTML copy of a plain-text
+    original, on page structure alone); the copy, seen in the window, then counts. A campaign of
+    identical copies fills its buckets up to ``max_bucket`` (the earliest entries stay; a full
+    bucket is not rewritten, ``index.merge_entry``)."""
+    probes = route_probes(p, partitions)
+    return Prepared(p.id, p.ts, p.digest, p.kind, [], p.rank, p.snippet, len(probes)), probes
+
+
 # ------------------------------------------------------------------------------------ exact
 def exact_stage(store: ExactStore, p: Prepared, partitions: int) -> tuple[list[ToDecide], list[Probe]]:
+    """The exact stage's word on one document for decide, and (only for a message from a version
+    before ``fan_out``, which carries sketches) the probes to send: of first copies, as then."""
     out = store.process(p.digest, p.ts, p.id)
-    msgs: list[ToDecide] = []
     probes: list[Probe] = []
+    if p.probes is not None:
+        expected = p.probes
+    else:
+        probes = route_probes(p, partitions) if out.first else []
+        expected = len(probes)
+    msgs: list[ToDecide] = []
     if out.first:
-        probes = route_probes(p, partitions)
-        msgs.append(ToDecide("expect", p.id, p.ts, None, expected=len(probes), rank=p.rank, snippet=p.snippet))
+        msgs.append(ToDecide("expect", p.id, p.ts, None, expected=expected, rank=p.rank, snippet=p.snippet))
         if out.revise:  # later copies seen before this original
             me = Candidate(p.ts, p.id, "exact", "exact", 1.0, 0, -1)
             msgs += [ToDecide("offer", ident, ts, me) for ts, ident in out.revise]
     else:
         assert out.original is not None
         msgs.append(ToDecide("expect", p.id, p.ts, Candidate(out.original[0], out.original[1], "exact", "exact",
-                                                             1.0, 0, -1), expected=0, rank=p.rank,
+                                                             1.0, 0, -1), expected=expected, rank=p.rank,
                                   snippet=p.snippet))
     return msgs, probes
 
@@ -578,6 +618,6 @@ class DecideStage:
             self.cluster = new
 
 
-__all__ = ["Preparer", "Prepared", "Probe", "ToDecide", "route_probes", "exact_stage", "IndexStage",
+__all__ = ["Preparer", "Prepared", "Probe", "ToDecide", "route_probes", "fan_out", "exact_stage", "IndexStage",
            "DecideStage", "DocStates", "Rejected", "key_partition", "id_partition", "digest_partition", "pack_batches",
            "unpack_batch"]

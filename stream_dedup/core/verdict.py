@@ -8,7 +8,8 @@ workers on shuffled partitions converge on what ``scan`` says.
 A document's state gathers: what the exact stage said (and how many probe answers to expect),
 the answers of its probes (each names its partition, so a replayed answer is not counted twice),
 and late matches (an earlier document that arrived after it). The first verdict is emitted when
-every expected answer is in; any later change emits the next revision. Merging is a minimum over
+every expected answer is in (an exact copy's: when the exact stage has named its original); any
+later change emits the next revision. Merging is a minimum over
 candidates, so every message can be applied twice with no effect the second time.
 """
 from __future__ import annotations
@@ -76,7 +77,9 @@ class DocState:
 
     @property
     def complete(self) -> bool:
-        return self.expected is not None and len(self.answered) >= self.expected
+        """Every expected answer is in, or an exact copy's original is known: no near match can beat
+        that (``fan_out`` probes copies too; their answers need not hold up the verdict)."""
+        return self.expected is not None and (self.exact is not None or len(self.answered) >= self.expected)
 
     def offer(self, cand: Candidate | None) -> None:
         if cand is None or cand.id == self.id:

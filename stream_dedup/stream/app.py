@@ -1,8 +1,13 @@
 """The Kafka worker: a Faust app whose agents move messages between the core's stage functions.
 
-    pages ─► prepare ─► {internal}.fingerprints ─► exact ─► {internal}.probes ─► index ─► {internal}.answers ─► decide ─► verdicts
-             (stateless)    key = digest            table      partition = band key        table   key = doc id        table     unique / duplicate
-              └─► pages.dlq                          "exact"                                "index"                     "decide"
+    pages ─► prepare ─┬─► {internal}.fingerprints ─► exact ─┬─► {internal}.answers ─► decide ─► verdicts
+             (stateless) │    partition = digest         table   │    partition = doc id     table     unique / duplicate
+                         ├─► {internal}.probes ───────► index ──┘                          "decide"
+                         │    partition = band key       table "index"
+                         └─► pages.dlq                   (exact: table "exact")
+
+prepare sends a document's probes to the index and its digest to the exact stage at once
+(``stages.fan_out``): two hops from page to verdict.
 
 Each stateful agent owns a RocksDB-backed Faust table (rocksdict) whose changelog is one of the
 ``*-changelog`` topics in ``topics/topics.toml``; Faust restores a partition's table from it when the
@@ -38,7 +43,7 @@ from ..core.document import Rejected
 from ..core.exact import ExactStore
 from ..core.index import BucketIndex
 from ..core.stages import (DecideStage, IndexStage, DocStates, Prepared, Preparer, Probe, ToDecide, byte_slices,
-                           digest_partition, exact_stage, id_partition, pack_batches, unpack_batch)
+                           digest_partition, exact_stage, fan_out, id_partition, pack_batches, unpack_batch)
 from ..core.store import WriteBack
 from ..kafka_io import client_config
 from .changelog import BulkSender, Record, TableMapping
@@ -452,7 +457,10 @@ def build_app(settings: Settings) -> faust.App:
                 continue
             counts["prepared"] += 1
             prepare_s.observe(per_event)
-            out.setdefault((fingerprints, digest_partition(p.digest, n)), []).append(p.to_bytes())
+            fingerprint, probe_list = fan_out(p, n)
+            out.setdefault((fingerprints, digest_partition(p.digest, n)), []).append(fingerprint.to_bytes())
+            for pr in probe_list:
+                out.setdefault((probes, pr.partition), []).append(pr.to_bytes())
         if await send_batches(out) is None:
             return False
         metrics.events_in.inc(len(batch))
@@ -480,8 +488,8 @@ def build_app(settings: Settings) -> faust.App:
                         msgs, probe_list = exact_stage(exact_store(msg.partition), p, n)
                         exact_s.observe(time.perf_counter() - t0)
                         counts["exact.in"] += 1
-                        counts["exact.copies"] += 0 if probe_list or not msgs[0].cand else 1
-                        for pr in probe_list:
+                        counts["exact.copies"] += 0 if not msgs[0].cand else 1
+                        for pr in probe_list:  # only for a message from a version before fan_out
                             out.setdefault((probes, pr.partition), []).append(pr.to_bytes())
                         to_decide(out, msgs)
             if await send_batches(out) is None:

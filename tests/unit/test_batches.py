@@ -20,8 +20,8 @@ from stream_dedup.core.engine import Engine
 from stream_dedup.core.exact import ExactStore
 from stream_dedup.core.index import BucketIndex
 from stream_dedup.core.stages import (BATCH_MAX_BYTES, DecideStage, IndexStage, DocStates, Preparer, Prepared,
-                                      Probe, ToDecide, byte_slices, digest_partition, exact_stage, id_partition,
-                                      pack_batches, unpack_batch)
+                                      Probe, ToDecide, byte_slices, digest_partition, exact_stage, fan_out,
+                                      id_partition, pack_batches, unpack_batch)
 from stream_dedup.core.store import WriteBack
 
 from ..conftest import shared_data
@@ -217,10 +217,15 @@ def run_batched(events: list[dict], settings, partitions: int, rng: random.Rando
         if stage == "pages":
             raws = [(json.dumps(pages.popleft(), ensure_ascii=False), None)
                     for _ in range(min(rng.choice([1, 50, 256]), len(pages)))]
+            probe_out: dict = {}
             for p in prep.prepare_many(raws):  # as the prepare agent: one call per stream batch
                 assert isinstance(p, Prepared), p
-                out.setdefault(digest_partition(p.digest, partitions), []).append(p.to_bytes())
+                fingerprint, probes = fan_out(p, partitions)
+                out.setdefault(digest_partition(p.digest, partitions), []).append(fingerprint.to_bytes())
+                for pr in probes:
+                    probe_out.setdefault(pr.partition, []).append(pr.to_bytes())
             send("fingerprints", out)
+            send("probes", probe_out)
         elif stage == "fingerprints":
             for part, msg in take("fingerprints"):
                 with exact_t.under(part):

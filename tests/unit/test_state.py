@@ -29,7 +29,7 @@ def test_merge_entry_appends_in_place_exactly_as_the_full_merge_would():
         return pack_entries(sorted(es + [entry], key=lambda e: (e[0], e[1]))[:cap])
 
     rng = random.Random(3)
-    appended = 0
+    appended = kept = 0
     for _ in range(3000):
         raw = None
         cutoff, cap = rng.randrange(0, 50), rng.choice([3, 5, 1000])
@@ -38,8 +38,9 @@ def test_merge_entry_appends_in_place_exactly_as_the_full_merge_would():
             got = merge_entry(raw, e, cutoff, cap)
             assert got == full(raw, e, cutoff, cap), (raw, e, cutoff, cap)
             appended += raw is not None and got.startswith(raw) and len(got) > len(raw)
+            kept += got is raw  # a full bucket, the newest entry: kept as it is
             raw = got
-    assert appended > 1000  # the shortcut was taken often enough to be tested
+    assert appended > 1000 and kept > 50  # the shortcuts were taken often enough to be tested
 
 
 def test_index_finds_the_earliest_match_and_late_matches(tmp_path):
