@@ -208,7 +208,8 @@ class Prepared(_Wire):
 
     ``probes``: how many probes ``prepare`` sent to the index itself (``fan_out``); the message then
     carries no sketches. None in a message from a version before that: the exact stage routes its
-    sketches (``exact_stage``), so a rolling upgrade loses nothing in flight."""
+    sketches (``exact_stage``), so what older workers left on the topic is still judged. (An older
+    worker cannot read this form: stop the old workers before the new ones start, README.)"""
 
     id: str
     ts: int

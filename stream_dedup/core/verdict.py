@@ -9,8 +9,8 @@ A document's state gathers: what the exact stage said (and how many probe answer
 the answers of its probes (each names its partition, so a replayed answer is not counted twice),
 and late matches (an earlier document that arrived after it). The first verdict is emitted when
 every expected answer is in (an exact copy's: when the exact stage has named its original); any
-later change emits the next revision. Merging is a minimum over
-candidates, so every message can be applied twice with no effect the second time.
+later change emits the next revision. Merging is a minimum over candidates, so every message can
+be applied twice with no effect the second time.
 """
 from __future__ import annotations
 
