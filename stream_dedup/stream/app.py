@@ -338,6 +338,11 @@ def build_app(settings: Settings) -> faust.App:
         for m in msgs:
             out.setdefault((answers, id_partition(m.id, n)), []).append(m.to_bytes())
 
+    def to_index(out: dict, probe_list: list[Probe]) -> None:
+        """Queue for the index stage, on each probe's band-key partition."""
+        for pr in probe_list:
+            out.setdefault((probes, pr.partition), []).append(pr.to_bytes())
+
     busy: set[str] = set()  # stream topics whose agent has a batch in hand
     batch_done: dict[str, float] = {}  # stream topic -> when its agent last finished a batch
 
@@ -459,8 +464,7 @@ def build_app(settings: Settings) -> faust.App:
             prepare_s.observe(per_event)
             fingerprint, probe_list = fan_out(p, n)
             out.setdefault((fingerprints, digest_partition(p.digest, n)), []).append(fingerprint.to_bytes())
-            for pr in probe_list:
-                out.setdefault((probes, pr.partition), []).append(pr.to_bytes())
+            to_index(out, probe_list)
         if await send_batches(out) is None:
             return False
         metrics.events_in.inc(len(batch))
@@ -488,9 +492,8 @@ def build_app(settings: Settings) -> faust.App:
                         msgs, probe_list = exact_stage(exact_store(msg.partition), p, n)
                         exact_s.observe(time.perf_counter() - t0)
                         counts["exact.in"] += 1
-                        counts["exact.copies"] += 0 if not msgs[0].cand else 1
-                        for pr in probe_list:  # only for a message from a version before fan_out
-                            out.setdefault((probes, pr.partition), []).append(pr.to_bytes())
+                        counts["exact.copies"] += msgs[0].cand is not None
+                        to_index(out, probe_list)  # only for a message from a version before fan_out
                         to_decide(out, msgs)
             if await send_batches(out) is None:
                 exact_map.discard()

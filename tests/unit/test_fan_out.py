@@ -10,6 +10,7 @@ from stream_dedup.core.engine import Engine
 from stream_dedup.core.exact import ExactStore
 from stream_dedup.core.stages import (DecideStage, Prepared, Preparer, ToDecide, exact_stage, fan_out,
                                       route_probes)
+from stream_dedup.core.verdict import Candidate
 
 SMS = "【顺丰速运】您的快件已到达小区驿站，请凭取件码8461于今日18点前领取，逾期将退回寄件人，详询95338。"
 NEWS = ("国内一家新能源车企发布了新款纯电动轿车，官方公布的续航里程达到七百公里。"
@@ -66,8 +67,6 @@ def test_a_message_of_the_version_before_is_judged_as_then():
 
 def test_an_exact_copy_is_decided_without_waiting_for_its_probe_answers():
     decide = DecideStage()
-    from stream_dedup.core.verdict import Candidate
-
     exact = Candidate(1, "orig", "exact", "exact", 1.0, 0, -1)
     v = decide.apply(ToDecide("expect", "copy", 2, exact, expected=3))
     assert v is not None and (v.verdict, v.match, v.duplicate_of) == ("duplicate", "exact", "orig")
