@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from functools import lru_cache
+from typing import Callable
 
 # Zero-width, bidi and other invisible format characters, C0/C1 controls except whitespace,
 # and the Unicode tag block: removed outright (spam inserts them to dodge filters).
@@ -22,13 +23,28 @@ _INVISIBLE = re.compile(
 _WS = re.compile(r"\s+")
 _CJK = "\u2e80-\u2fff\u3040-\u30ff\u3100-\u312f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
 # punctuation that survives NFKC, folded to one ASCII form (NFKC already folds ，；：？！（） etc.)
-_PUNCT_MAP = str.maketrans({
+_PUNCT = {
     "。": ".", "｡": ".", "、": ",", "﹐": ",", "﹑": ",", "【": "[", "】": "]", "〔": "[", "〕": "]",
     "《": '"', "》": '"', "〈": '"', "〉": '"', "「": '"', "」": '"', "『": '"', "』": '"',
     "“": '"', "”": '"', "„": '"', "‟": '"', "″": '"', "‘": "'", "’": "'", "‚": "'", "′": "'",
     "—": "-", "–": "-", "―": "-", "‐": "-", "‑": "-", "‒": "-", "−": "-", "～": "~", "〜": "~",
     "•": "·", "・": "·", "‧": "·", "●": "·", "◆": "·", "★": "*", "☆": "*",
-})
+}
+
+
+def _char_folder(table: dict[str, str]) -> Callable[[str], str]:
+    """``str.translate`` with ``table``, by one regular expression over the characters it maps.
+
+    Why: ``translate`` with a mapping looks every character of a non-ASCII string up in a Python
+    dict, and the texts here are Chinese: 3.6 µs of an SMS's 12 µs of normalization, and 2.8 µs
+    of its 5 µs skeleton. The expression skips the characters that stay in C and calls back only
+    for the few that change (1.1 and 0.6 µs, the same output)."""
+    pattern = re.compile("[" + "".join(re.escape(c) for c in table) + "]")
+    get = table.__getitem__
+    return lambda text: pattern.sub(lambda m: get(m.group()), text)
+
+
+_fold_punct = _char_folder(_PUNCT)
 _SPACE_AROUND = re.compile(rf" (?=[{_CJK}\W])|(?<=[{_CJK}\W]) ")
 _DECIMAL_DOT = re.compile(r"(?<=\d)\.(?=\d)")
 _SENTENCE = re.compile(r"[^.?!;\n]+(?:[.?!;]+[\"')\]]*|$)|[.?!;]+")
@@ -59,9 +75,9 @@ def normalize(text: str, *, t2s: bool = True) -> str:
     s = _INVISIBLE.sub("", s)
     if t2s:
         s = to_simplified(s)
-    s = s.translate(_PUNCT_MAP).casefold()
+    s = _fold_punct(s).casefold()
     s = _WS.sub(" ", s).strip()
-    return _SPACE_AROUND.sub("", s)
+    return _SPACE_AROUND.sub("", s) if " " in s else s
 
 
 def split_sentences(text: str) -> list[str]:
@@ -81,9 +97,9 @@ def split_sentences(text: str) -> list[str]:
 _SKELETON_DROP = re.compile(rf"[^0-9a-z{_CJK}]+")
 _DIGITS = re.compile(r"[0-9]+")
 # look-alike characters that spam uses to dodge keyword filters, folded to one letter or digit
-_LOOKALIKE = str.maketrans({"o": "0", "l": "1", "i": "1", "|": "1", "z": "2", "s": "5", "b": "8",
-                            "〇": "0", "零": "0", "壹": "1", "贰": "2", "叁": "3", "肆": "4", "伍": "5",
-                            "陆": "6", "柒": "7", "捌": "8", "玖": "9"})
+_fold_lookalike = _char_folder({"o": "0", "l": "1", "i": "1", "|": "1", "z": "2", "s": "5", "b": "8",
+                                 "〇": "0", "零": "0", "壹": "1", "贰": "2", "叁": "3", "肆": "4", "伍": "5",
+                                 "陆": "6", "柒": "7", "捌": "8", "玖": "9"})
 
 
 def skeleton(normalized: str) -> str:
@@ -93,4 +109,4 @@ def skeleton(normalized: str) -> str:
     and letters, and change phone numbers, prices and codes from one message to the next; the
     skeleton removes all three, so that variants keep long common grams and the same words.
     """
-    return _DIGITS.sub("#", _SKELETON_DROP.sub("", normalized).translate(_LOOKALIKE))
+    return _DIGITS.sub("#", _fold_lookalike(_SKELETON_DROP.sub("", normalized)))

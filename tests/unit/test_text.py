@@ -27,6 +27,17 @@ def test_skeleton_strips_spam_noise_and_folds_numbers():
     assert a == b == "加微信领取优惠电话#"
 
 
+def test_folding_by_expression_gives_what_translate_gives():
+    """``_char_folder`` replaces ``str.translate`` (a dict lookup per character) for speed only."""
+    from stream_dedup.core.text import _PUNCT, _char_folder
+
+    table = dict(_PUNCT, **{"o": "0", "零": "0"})
+    fold = _char_folder(table)
+    text = "【特价】“零”元购！—— 立即 o 领取：《活动》‘限时’～ 。、a.b[c]-d*e?f\\g^h 壹" + "".join(table)
+    assert fold(text) == text.translate(str.maketrans(table))
+    assert fold("没有要换的字") == "没有要换的字"
+
+
 def test_jieba_words_drop_stopwords_and_punctuation_and_user_dict(tmp_path):
     tok = WordTokenizer()
     words = tok.words(normalize("我们今天在北京召开了新闻发布会。"))
