@@ -4,9 +4,9 @@
 
 On the 1,000 THUCNews articles: (a) Python jieba.lcut of every raw text, dictionary already loaded,
 in one process (the floor the issue names), and the same with the default segmenter (rjieba behind
-core/segment.py); (b) `stream-dedup scan` of the same file as a subprocess, start-up included, with
-one preparing process (`-j 1`) and with the default (one per core); (c) the same scan in-process
-without start-up, both ways. Also the share of warm scan time that the default segmenter's
+core/segment.py); (b) `stream-dedup scan` of the same file as a subprocess, start-up included, in
+one process (`-j 0`) and with the default (news: one preparing process per core); (c) the same scan
+in-process without start-up, both ways. Also the share of warm scan time that the default segmenter's
 ``WordTokenizer.words`` (segmentation and filtering) takes, timed alone on the normalized texts.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ def main() -> None:
     import jieba
 
     from stream_dedup.config import load_settings
-    from stream_dedup.scan import default_jobs, run_scan
+    from stream_dedup.scan import auto_jobs, default_jobs, run_scan
 
     path = SHARED / "news" / "thucnews_1000.jsonl"
     docs = read_jsonl(path)
@@ -37,14 +37,15 @@ def main() -> None:
     tk.initialize()
     t_jieba = median_time(lambda: [tk.lcut(d["text"]) for d in docs], a.repeat)
 
-    def sub_scan(jobs: int):
+    def sub_scan(*options: str):
         with tempfile.TemporaryDirectory() as tmp:
-            scan_cli(path, f"{tmp}/v.jsonl", "--jobs", str(jobs))
+            scan_cli(path, f"{tmp}/v.jsonl", *options)
 
     cores = default_jobs()
-    t_scan_cli = median_time(lambda: sub_scan(1), a.repeat)
-    t_scan_cli_n = median_time(lambda: sub_scan(0), a.repeat)
     settings = load_settings(environ={})
+    auto = auto_jobs(settings, str(path))
+    t_scan_cli = median_time(lambda: sub_scan("--jobs", "0"), a.repeat)
+    t_scan_cli_n = median_time(lambda: sub_scan(), a.repeat)
     run_scan(settings, str(path), "/dev/null", quiet=True)  # warm: dictionary, IDF table, OpenCC
     t_scan = median_time(lambda: run_scan(settings, str(path), "/dev/null", quiet=True), a.repeat)
     t_scan_n = median_time(lambda: run_scan(settings, str(path), "/dev/null", quiet=True, jobs=cores), a.repeat)
@@ -63,18 +64,18 @@ def main() -> None:
     rows = [["jieba.lcut (dictionary loaded), 1 process", round(n / t_jieba, 1), 1.0],
             [f"{settings.text.segmenter} lcut, the default segmenter (loaded), 1 process", round(n / t_rs, 1),
              round(t_jieba / t_rs, 3)],
-            ["scan in-process (warm), 1 preparing process", round(n / t_scan, 1), round(t_jieba / t_scan, 3)],
+            ["scan in-process (warm), one process", round(n / t_scan, 1), round(t_jieba / t_scan, 3)],
             [f"scan in-process (warm), {cores} preparing processes", round(n / t_scan_n, 1),
              round(t_jieba / t_scan_n, 3)],
-            ["stream-dedup scan CLI -j 1 (start-up included)", round(n / t_scan_cli, 1),
+            ["stream-dedup scan CLI -j 0, one process (start-up included)", round(n / t_scan_cli, 1),
              round(t_jieba / t_scan_cli, 3)],
-            [f"stream-dedup scan CLI, default -j ({cores}; start-up included)", round(n / t_scan_cli_n, 1),
+            [f"stream-dedup scan CLI, default -j ({auto}; start-up included)", round(n / t_scan_cli_n, 1),
              round(t_jieba / t_scan_cli_n, 3)]]
     text = table(["run", "docs/s", "throughput / jieba's"], rows)
     text += (f"\n\nthe default segmenter's words (segmentation and filtering) take {t_words / t_scan:.0%} of warm "
-             f"scan time (1 preparing process); Python jieba's segmentation alone would take {t_jieba / t_scan:.0%}")
+             f"scan time (one process); Python jieba's segmentation alone would take {t_jieba / t_scan:.0%}")
     save("scan_vs_jieba", {"docs": n, "jieba_s": t_jieba, "scan_s": t_scan, "scan_cli_s": t_scan_cli,
-                           "scan_jobs": cores, "scan_n_s": t_scan_n, "scan_cli_n_s": t_scan_cli_n,
+                           "scan_jobs": cores, "scan_cli_default_jobs": auto, "scan_n_s": t_scan_n, "scan_cli_n_s": t_scan_cli_n,
                            "default_segmenter_s": t_rs, "default_words_s": t_words,
                            "words_share_of_scan": t_words / t_scan}, text)
 

@@ -61,17 +61,18 @@ def main(ctx: click.Context, config: str | None, bootstrap: str | None) -> None:
 @click.option("--json-summary", is_flag=True, help="print the summary as JSON on stderr")
 @click.option("--clusters", "clusters_path", type=click.Path(dir_okay=False),
               help="also write one line per page that has copies: size, canonical page, members (largest first)")
-@click.option("--jobs", "-j", type=click.IntRange(min=0), default=0, show_default=True,
-              help="processes that prepare documents (0: one per CPU core); the verdicts are the same for any")
+@click.option("--jobs", "-j", type=click.IntRange(min=0), default=None,
+              help="processes that prepare documents beside the one that judges them (0: none, it prepares them "
+                   "too; default: one per CPU core, one fewer for short texts); the verdicts are the same for any")
 @pass_ctx
 def scan(c: Ctx, input: str, out: str, state: str | None, progress: bool | None, json_summary: bool,
-         clusters_path: str | None, jobs: int) -> None:
+         clusters_path: str | None, jobs: int | None) -> None:
     """Run the engine over a JSONL file (or - for stdin) and write one verdict per id."""
-    from .scan import default_jobs, run_scan
+    from .scan import auto_jobs, run_scan
 
     summary = run_scan(c.settings, input, out, state_dir=state,
                        progress=(input != "-") if progress is None else progress, clusters_path=clusters_path,
-                       jobs=jobs or default_jobs())
+                       jobs=auto_jobs(c.settings, input) if jobs is None else jobs)
     if json_summary:
         click.echo(json.dumps(summary.as_dict()), err=True)
     else:

@@ -51,21 +51,51 @@ def test_scan_with_several_preparing_processes_gives_the_same_verdicts_and_rejec
     src.write_text("\n".join(lines[:12] + extra[:2] + lines[12:] * 25 + extra[2:]) + "\n", encoding="utf-8")
     assert len(src.read_text(encoding="utf-8").splitlines()) > 2 * CHUNK_LINES  # every process gets a chunk
     runs = {}
-    for jobs in (1, 2, 3):  # 3: a chain of forks (each preparing process forks the next)
+    for jobs in (0, 1, 2, 3):  # 0: all in this process; 3: a chain of forks (each process forks the next)
         bad = io.StringIO()
         summary = run_scan(load_settings(environ={}), str(src), str(tmp_path / f"v{jobs}.jsonl"), jobs=jobs,
                            report_bad=bad, clusters_path=str(tmp_path / f"c{jobs}.jsonl"))
         runs[jobs] = ((tmp_path / f"v{jobs}.jsonl").read_text(encoding="utf-8"),
                       (tmp_path / f"c{jobs}.jsonl").read_text(encoding="utf-8"), bad.getvalue(), summary.as_dict())
-    assert runs[1][:3] == runs[2][:3] == runs[3][:3]
-    one, two, three = runs[1][3], runs[2][3], runs[3][3]
-    for d in (one, two, three):
+    assert runs[0][:3] == runs[1][:3] == runs[2][:3] == runs[3][:3]
+    here, one, two, three = runs[0][3], runs[1][3], runs[2][3], runs[3][3]
+    for d in (here, one, two, three):
         d.pop("seconds"), d.pop("docs_per_s")
-    assert one == two == three and one["rejected"] == 2 and one["reasons"] == {"not_json": 1, "id_conflict": 1}
+    assert here == one == two == three and one["rejected"] == 2 and one["reasons"] == {"not_json": 1, "id_conflict": 1}
     verdicts = {v["id"]: v for v in map(json.loads, runs[2][0].splitlines())}
     assert verdicts["cn"]["verdict"] == "duplicate" and verdicts["cn"]["duplicate_of"] == "tw"
     e = pickle.loads(pickle.dumps(Rejected("not_json", "line 3")))  # how rejections come back from a worker
     assert (e.reason, e.detail) == ("not_json", "line 3")
+
+
+def test_scan_leaves_a_core_to_the_judging_process_for_short_texts_only(tmp_path):
+    """``auto_jobs``: short texts (SMS) cost about as much to judge as to prepare, so on n cores
+    n - 1 processes prepare them; longer texts keep one per core. Decided on the first lines."""
+    from stream_dedup.config import load_settings
+    from stream_dedup.scan import SAMPLE_LINES, auto_jobs
+
+    settings = load_settings(environ={})
+    sms = "【双十一】尊敬的客户，您的积分即将清零，回复Y兑换礼品，退订回T。"
+    article = ("新华社北京11月25日电　国家统计局今天发布数据，前十个月全国规模以上工业增加值同比增长百分之五点八，"
+               "其中装备制造业增长较快，高技术制造业增加值占比继续提高。") * 4
+    assert len(sms) < settings.text.short_chars < len(article)
+
+    def write(name: str, texts: list[str]) -> str:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"id": f"{name}{i}", "text": t, "ts": i}, ensure_ascii=False) + "\n"
+                                for i, t in enumerate(texts)), encoding="utf-8")
+        return str(path)
+
+    assert auto_jobs(settings, write("sms", [sms] * 300), cores=2) == 1
+    assert auto_jobs(settings, write("sms", [sms] * 300), cores=1) == 0  # one core: all in one process
+    assert auto_jobs(settings, write("news", [article] * 300), cores=2) == 2
+    # only the first lines count; an HTML page counts its markup
+    assert auto_jobs(settings, write("mixed", [sms] * SAMPLE_LINES + [article] * 1000), cores=4) == 3
+    page = tmp_path / "pages.jsonl"
+    page.write_text(json.dumps({"id": "p", "ts": 1, "html": f"<html><body><p>{sms}</p>" + "<div>菜单</div>" * 40
+                                + "</body></html>"}, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert auto_jobs(settings, str(page), cores=2) == 2
+    assert auto_jobs(settings, "-", cores=2) == 2  # standard input is not sampled
 
 
 def test_scan_stops_with_the_error_of_a_preparing_process_that_fails_or_dies(tmp_path, monkeypatch):
