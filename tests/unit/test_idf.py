@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +39,31 @@ def test_save_and_load_round_trip_with_and_without_words(tmp_path):
     assert full.as_dict() == {w: round(v, 2) for w, v in t.as_dict().items()}
     with pytest.raises(ValueError, match="without its words"):
         fast.save(tmp_path / "again.bin")
+
+
+def test_what_a_lookup_reads_is_stored_uncompressed_and_a_deflated_table_still_loads(tmp_path):
+    """Inflating the lookup arrays was most of a table's load, on every start-up (``IdfTable.save``)."""
+    import zipfile
+
+    import numpy as np
+
+    from stream_dedup.core.idf import DEFAULT_TABLE
+
+    t = build_idf([["新闻", "频道"], ["新闻", "开播"]])
+    p = tmp_path / "idf.bin"
+    t.save(p)
+    shipped = Path(__file__).resolve().parents[2] / "stream_dedup" / "data" / DEFAULT_TABLE
+    for path in (p, shipped):
+        methods = {i.filename: i.compress_type for i in zipfile.ZipFile(path).infolist()}
+        assert methods == {"header.npy": zipfile.ZIP_DEFLATED, "hashes.npy": zipfile.ZIP_STORED,
+                           "centi.npy": zipfile.ZIP_STORED, "words.npy": zipfile.ZIP_DEFLATED}
+    old = tmp_path / "old.bin"  # the form of tables saved before: every member deflated
+    with zipfile.ZipFile(p) as z:
+        members = {n[:-4]: np.lib.format.read_array(z.open(n)) for n in z.namelist()}
+    with open(old, "wb") as f:
+        np.savez_compressed(f, **members)
+    a, b = IdfTable.load(p, words=True), IdfTable.load(old, words=True)
+    assert a.as_dict() == b.as_dict() and (a.default, a.docs) == (b.default, b.docs)
 
 
 def test_version_1_text_tables_still_load(tmp_path):
