@@ -54,7 +54,7 @@ def main(ctx: click.Context, config: str | None, bootstrap: str | None) -> None:
 
 # ----------------------------------------------------------------------------- embedded engine
 @main.command()
-@click.argument("input", type=click.Path(allow_dash=True))
+@click.argument("input", type=click.Path(allow_dash=True, exists=True, dir_okay=False))
 @click.option("--out", "-o", type=click.Path(allow_dash=True), default="-", help="verdict JSONL (default stdout)")
 @click.option("--state", type=click.Path(file_okay=False), help="RocksDB state folder (default: a temp folder)")
 @click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: for files)")
@@ -166,7 +166,7 @@ def topics_list(c: Ctx) -> None:
 
 
 @main.command()
-@click.argument("input", type=click.Path(allow_dash=True))
+@click.argument("input", type=click.Path(allow_dash=True, exists=True, dir_okay=False))
 @click.option("--topic", default=None, help="target topic (default: topics.pages)")
 @click.option("--limit", type=int, default=None, help="send at most this many lines")
 @click.option("--rate", type=float, default=None, help="events per second (default: as fast as possible)")

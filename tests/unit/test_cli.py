@@ -59,4 +59,5 @@ def test_scan_as_a_program_delivers_every_verdict_through_a_pipe_before_its_fast
     assert "docs 3000" in r.stderr
     r = subprocess.run([sys.executable, "-m", "stream_dedup.cli", "scan", str(tmp_path / "missing.jsonl")],
                        capture_output=True, text=True, timeout=300, env=env)
-    assert r.returncode != 0 and "missing.jsonl" in r.stderr
+    assert r.returncode == 2 and "missing.jsonl" in r.stderr and "does not exist" in r.stderr
+    assert "Traceback" not in r.stderr  # a usage error, not a crash
