@@ -75,7 +75,8 @@ def main() -> None:
     text += (f"\n\nthe default segmenter's words (segmentation and filtering) take {t_words / t_scan:.0%} of warm "
              f"scan time (one process); Python jieba's segmentation alone would take {t_jieba / t_scan:.0%}")
     save("scan_vs_jieba", {"docs": n, "jieba_s": t_jieba, "scan_s": t_scan, "scan_cli_s": t_scan_cli,
-                           "scan_jobs": cores, "scan_cli_default_jobs": auto, "scan_n_s": t_scan_n, "scan_cli_n_s": t_scan_cli_n,
+                           "scan_jobs": cores, "scan_cli_default_jobs": auto, "scan_n_s": t_scan_n,
+                           "scan_cli_n_s": t_scan_cli_n,
                            "default_segmenter_s": t_rs, "default_words_s": t_words,
                            "words_share_of_scan": t_words / t_scan}, text)
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import pickle
 import sys
@@ -14,7 +13,7 @@ from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from .collector import fewer_collections
 from .config import Settings
-from .core.document import Rejected
+from .core.document import Rejected, parse_event, validate
 from .core.engine import Engine
 from .core.stages import Prepared, Preparer
 from .core.verdict import json_record
@@ -325,24 +324,21 @@ def auto_jobs(settings: Settings, input_path: str, cores: int | None = None) -> 
     Alternating CLI runs on this 2-core machine, 10,462 SMS: one preparing process 0.95-0.98 s
     (0.965 median of 6), two 0.98-1.02 s (0.99); before the faster folding of ``text.py``, 1.02
     against 1.11. 2,722 news articles: two 1.45-1.57 s, one 2.35-2.38 s. Questions and headlines:
-    the same either way. Short: the first ``SAMPLE_LINES``
-    events average at most ``text.short_chars`` characters of text (the length under which the
-    n-gram detector alone judges them). Standard input is not sampled (one per core)."""
+    the same either way. Short: the first ``SAMPLE_LINES`` events average at most
+    ``text.short_chars`` characters of text or HTML (the body ``document.validate`` picks; the
+    length under which the n-gram detector alone judges them), a line that is not a valid event
+    counting its bytes. Standard input is not sampled (one per core)."""
     cores = cores or default_jobs()
     if input_path == "-":
         return cores
     chars = lines = 0
     with open(input_path, "rb") as f:
-        for line in itertools.islice(f, SAMPLE_LINES):
-            if not line.strip():
-                continue
+        for _, line in itertools.islice(_lines(f), SAMPLE_LINES):
             lines += 1
             try:
-                event = json.loads(line)
-                body = event.get("text") or event.get("html") if isinstance(event, dict) else None
-            except ValueError:
-                body = None
-            chars += len(body) if isinstance(body, str) else len(line)
+                chars += len(validate(parse_event(line), 0)[3])
+            except Rejected:
+                chars += len(line)
     short = lines > 0 and chars <= settings.text.short_chars * lines
     return cores - 1 if short else cores
 

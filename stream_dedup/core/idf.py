@@ -20,7 +20,8 @@ File format (``idf.bin``), version 2: a NumPy ``.npz`` archive (zip) with ``head
 ``hashes`` (uint64, sorted), ``centi`` (int32: the values in hundredths, as version 1 rounded them)
 and ``words`` (the UTF-8 words, newline-separated, in hash order: to inspect or diff a table, never
 read on load). ``hashes`` and ``centi`` are stored, the others deflated (tables saved before
-2026-11-26 deflate all four; both load). Version 1 (gzip of a JSON header line, then ``word<TAB>idf`` lines) still loads.
+2026-11-26 deflate all four; both load). Version 1 (gzip of a JSON header line, then
+``word<TAB>idf`` lines) still loads.
 """
 from __future__ import annotations
 
