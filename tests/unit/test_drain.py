@@ -108,3 +108,53 @@ def test_other_calls_and_a_suspended_flow_take_modes_way():
 
     r, r2 = run(main())
     assert len(r.results) == 2 and len(r2.results) == 2
+
+
+def test_the_rare_sleep_yields_to_the_loop_only_every_nth_call():
+    from stream_dedup.stream.drain import RareSleep
+
+    async def main():
+        turns = []
+
+        async def other():
+            while True:
+                turns.append(len(calls))
+                await asyncio.sleep(0)
+
+        calls: list = []
+        task = asyncio.ensure_future(other())
+        await asyncio.sleep(0)  # the other task starts
+        sleep = RareSleep(every=4)
+        for i in range(12):
+            calls.append(i)
+            assert await sleep(0) is None
+        task.cancel()
+        return turns
+
+    # the other task got a turn after the 4th, 8th and 12th call, not after every one
+    assert run(main()) == [0, 4, 8, 12]
+
+
+def test_the_rare_sleep_passes_a_real_delay_on():
+    import time
+
+    from stream_dedup.stream.drain import RareSleep
+
+    async def main():
+        sleep = RareSleep(every=1000)
+        t = time.monotonic()
+        got = await sleep(0.05, "done")
+        return got, time.monotonic() - t
+
+    got, took = run(main())
+    assert got == "done" and took >= 0.045
+
+
+def test_install_gives_fausts_stream_iterator_the_rare_sleep_once():
+    cython_streams = pytest.importorskip("faust._cython.streams")
+    from stream_dedup.stream import drain
+
+    drain.install()
+    first = cython_streams.sleep
+    drain.install()
+    assert isinstance(first, drain.RareSleep) and cython_streams.sleep is first
