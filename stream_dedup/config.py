@@ -177,6 +177,9 @@ class WorkerSettings(_Section):
     rocksdb_memory_mb: Annotated[int, Meta(ge=8, le=65536, description="RocksDB memory of the whole worker: one block "
                                    "cache shared by every table partition, holding index and filter blocks, with half "
                                    "of it for memtables (charged to the cache); bounds RSS whatever the partition count")] = 64
+    rocksdb_wal: Annotated[bool, Meta(description="RocksDB's write-ahead log for the tables; off, as in Kafka Streams: "
+                           "the changelog topic is the tables' log, and after a crash a table partition is its last "
+                           "flushed state (see state_flush_s) plus the changelog from the offset stored with it")] = False
     malloc_arena_max: Annotated[int, Meta(ge=0, le=64, description="glibc malloc arenas of the worker process (set at "
                                   "start); fewer arenas fragment less across RocksDB's and Kafka's threads; 0: glibc's "
                                   "default (8 per core)")] = 2

@@ -196,7 +196,7 @@ def build_app(settings: Settings) -> faust.App:
     # One memory budget for all of them (stream/rocks.py).
     budget = rocks.Budget.of(w.rocksdb_memory_mb << 20)
     rocksdb = {"ttl": ttl_s, "write_buffer_size": w.rocksdb_write_buffer_mb << 20, "max_write_buffer_number": 2,
-               "budget": budget}
+               "budget": budget, "wal": w.rocksdb_wal}
 
     def table(name: str):
         return app.Table(name, key_type=bytes, value_type=bytes,  # bytes types: raw serializers

@@ -8,6 +8,14 @@ database of the process shares one LRU block cache; memtables are charged to tha
 one write-buffer manager, and index and filter blocks live in it too, so RocksDB's memory is one
 number (``worker.rocksdb_memory_mb``) whatever the partition count. This is the layout Kafka Streams
 recommends for the same problem (its ``BoundedMemoryRocksDBConfig``).
+
+RocksDB's write-ahead log is off by default (``worker.rocksdb_wal``), as Kafka Streams turns it off
+for its state stores: a table's log is its changelog topic. Every write of a WAL-logged database is
+also an append to its log file (a ``write`` system call per put or write batch; an SMS makes about
+eight), and what that log would restore after a crash is restored anyway: a database without it
+comes back as it was at its last memtable flush (the worker flushes every ``worker.state_flush_s``,
+and RocksDB on close), a prefix of its writes that includes the changelog offset stored with them,
+and Faust replays the changelog from that offset on.
 """
 from __future__ import annotations
 
@@ -45,9 +53,10 @@ INFO_LOGS_KEPT = 2
 
 
 class BoundedOptions(faust_rocksdb.RocksDBOptions):
-    def __init__(self, *args: Any, budget: Budget, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, budget: Budget, wal: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.budget = budget
+        self.wal = wal
 
     def as_options(self) -> rocksdict.Options:
         opts = rocksdict.Options(raw_mode=True)
@@ -80,19 +89,25 @@ class BoundedOptions(faust_rocksdb.RocksDBOptions):
                   else rocksdict.AccessType.with_ttl(self.ttl))
         db = rocksdict.Rdict(str(path), options=self.as_options(), access_type=access)
         db.set_read_options(rocksdict.ReadOptions())
+        if not self.wal:
+            writes = rocksdict.WriteOptions()
+            writes.disable_wal = True
+            db.set_write_options(writes)
         return db
 
 
 class BoundedStore(faust_rocksdb.Store):
     """Faust's RocksDB store, opening its databases with :class:`BoundedOptions`.
 
-    The table's ``options`` must carry ``budget``; Faust passes the remaining keys through."""
+    The table's ``options`` must carry ``budget`` (and may carry ``wal``); Faust passes the remaining
+    keys through."""
 
     def __init__(self, *args: Any, options: dict[str, Any] | None = None, **kwargs: Any) -> None:
         options = dict(options or {})
         budget = options.pop("budget")
+        wal = bool(options.pop("wal", False))
         super().__init__(*args, options=options, driver="rocksdict", **kwargs)
-        self.rocksdb_options = BoundedOptions(**options, budget=budget)
+        self.rocksdb_options = BoundedOptions(**options, budget=budget, wal=wal)
 
 
 SCHEME = "rocksdb-bounded"

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import rocksdict
 from faust import stores
@@ -93,3 +95,64 @@ def test_a_small_budget_does_not_make_many_near_empty_memtables_flush_each_other
     for db in dbs:
         db.close()
     assert ssts == [], f"{len(ssts)} flushes of 180 KB written in all"
+
+
+CRASH = """
+import os, sys
+import rocksdict
+from stream_dedup.stream.rocks import BoundedOptions, Budget
+MB = 1 << 20
+opts = BoundedOptions(write_buffer_size=4 * MB, max_write_buffer_number=2, ttl=3600, budget=Budget.of(16 * MB),
+                      wal=sys.argv[2] == "1")
+db = opts.open(sys.argv[1])
+for i in range(200):
+    db[b"a%d" % i] = b"v" * 50
+db.flush()
+batch = rocksdict.WriteBatch(raw_mode=True)
+for i in range(300):
+    batch.put(b"b%d" % i, b"w" * 50)
+db.write(batch)
+db[b"last"] = b"x"
+os._exit(0)  # closes nothing, as a killed worker
+"""
+
+
+def crash_after_writes(path, wal: bool) -> None:
+    """In a child process: 200 writes, a memtable flush, 301 more writes, then an exit that closes
+    nothing."""
+    subprocess.run([sys.executable, "-c", CRASH, str(path), "1" if wal else "0"], check=True, timeout=120)
+
+def test_without_the_wal_a_crashed_database_comes_back_as_it_was_at_its_last_flush(tmp_path):
+    """The worker's default (``worker.rocksdb_wal`` off): what follows the last flush is gone after
+    a crash, everything before it is there (Faust then replays the changelog from the offset stored
+    in that flushed state). With the WAL, the writes after the flush survive too."""
+    for wal in (False, True):
+        opts = BoundedOptions(write_buffer_size=4 * MB, max_write_buffer_number=2, ttl=3600,
+                              budget=Budget.of(16 * MB), wal=wal)
+        path = tmp_path / f"wal-{wal}.db"
+        crash_after_writes(path, wal)
+        db = opts.open(path)
+        before = [db.get(b"a%d" % i) for i in range(200)]
+        after = [db.get(b"b%d" % i) for i in range(300)] + [db.get(b"last")]
+        db.close()
+        assert before == [b"v" * 50] * 200, wal
+        if wal:
+            assert after == [b"w" * 50] * 300 + [b"x"]
+        else:
+            assert after == [None] * 301
+
+
+def test_without_the_wal_writes_append_nothing_to_a_log_file_and_a_clean_close_keeps_them(tmp_path):
+    for wal in (False, True):
+        opts = BoundedOptions(write_buffer_size=4 * MB, max_write_buffer_number=2, budget=Budget.of(16 * MB), wal=wal)
+        path = tmp_path / f"wal-{wal}.db"
+        db = opts.open(path)
+        for i in range(500):
+            db[b"k%d" % i] = os.urandom(100)
+        logged = sum(f.stat().st_size for f in path.iterdir() if f.suffix == ".log")
+        db.close()
+        assert (logged > 500 * 100) if wal else logged == 0, (wal, logged)
+        db = opts.open(path)
+        assert sum(db.get(b"k%d" % i) is not None for i in range(500)) == 500
+        db.close()
+
