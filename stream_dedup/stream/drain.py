@@ -108,6 +108,9 @@ class _NoWait:
         return iter(())
 
 
+_NO_WAIT = _NoWait()
+
+
 class RareSleep:
     """Stands in for ``asyncio.sleep`` in Faust's stream iterator, which calls ``sleep(0)`` per message:
     a real ``asyncio.sleep(0)`` on every ``every``-th call, an await that does not suspend otherwise.
@@ -118,7 +121,6 @@ class RareSleep:
     def __init__(self, every: int = YIELD_EVERY):
         self.every = every
         self.calls = 0
-        self._no_wait = _NoWait()
 
     def __call__(self, delay: float = 0, result: Any = None) -> Any:
         if delay or result is not None:
@@ -127,7 +129,7 @@ class RareSleep:
         if self.calls >= self.every:
             self.calls = 0
             return asyncio.sleep(0)
-        return self._no_wait
+        return _NO_WAIT
 
 
 def install() -> None:

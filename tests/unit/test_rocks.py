@@ -122,6 +122,7 @@ def crash_after_writes(path, wal: bool) -> None:
     nothing."""
     subprocess.run([sys.executable, "-c", CRASH, str(path), "1" if wal else "0"], check=True, timeout=120)
 
+
 def test_without_the_wal_a_crashed_database_comes_back_as_it_was_at_its_last_flush(tmp_path):
     """The worker's default (``worker.rocksdb_wal`` off): what follows the last flush is gone after
     a crash, everything before it is there (Faust then replays the changelog from the offset stored
@@ -155,4 +156,3 @@ def test_without_the_wal_writes_append_nothing_to_a_log_file_and_a_clean_close_k
         db = opts.open(path)
         assert sum(db.get(b"k%d" % i) is not None for i in range(500)) == 500
         db.close()
-
