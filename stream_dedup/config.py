@@ -194,6 +194,11 @@ class WorkerSettings(_Section):
                                       "waits to fill a request: every event makes a dozen or more messages "
                                       "(changelogs, internal topics, verdicts), and one request per message cost "
                                       "more CPU than judging the event; adds up to 4x this to a verdict's latency")] = 5.0
+    producer_compression: Annotated[Literal["none", "lz4", "zstd", "snappy", "gzip"], Meta(description="compression of "
+                                        "the worker's producer batches (table changelogs, internal topics, verdicts). An index bucket "
+                                        "is rewritten whole, about 2 KB of changelog per SMS, which lz4 makes about 3x smaller: "
+                                        "worth it over a network; on one machine the broker's decompression cost more CPU "
+                                        "than it saved (bench/TARGETS.md)")] = "none"
     heap_trim_s: Annotated[float, Meta(ge=0, description="give free heap pages back to the system this often "
                                "(glibc malloc_trim), so RSS follows the memory in use; 0: never")] = 60.0
     gc_threshold: Annotated[int, Meta(ge=0, description="allocations between the garbage collector's young "

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, MutableMapping
 
+import mmh3
 import msgspec
 
 from . import hashing, tokenize
@@ -56,8 +57,6 @@ def key_partition(det: int, key: int, partitions: int) -> int:
 
 
 def id_partition(ident: str, partitions: int) -> int:
-    import mmh3
-
     return mmh3.hash(ident.encode("utf-8", "surrogatepass"), signed=False) % partitions
 
 

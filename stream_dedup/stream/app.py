@@ -161,6 +161,7 @@ def build_app(settings: Settings) -> faust.App:
         broker_commit_every=1000,
         broker_commit_interval=1.0,
         producer_linger=w.producer_linger_ms / 1000,
+        producer_compression_type=None if w.producer_compression == "none" else w.producer_compression,
         stream_wait_empty=False,
         table_cleanup_interval=60.0,
         table_standby_replicas=w.standby_replicas,

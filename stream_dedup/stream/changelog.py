@@ -40,6 +40,8 @@ import rocksdict
 from faust.streams import current_event
 from faust.types import TP
 
+from .partitioner import KeyHashes, is_default
+
 log = logging.getLogger("stream_dedup.worker")
 
 
@@ -79,6 +81,7 @@ class BulkSender:
     def __init__(self, producer: Callable[[], Any]):
         self.producer = producer
         self._fast: bool | None = None
+        self._hashes = KeyHashes()  # a verdict's key goes to two topics: murmur2 once (see partitioner)
 
     @staticmethod
     def _fast_path_fits(producer: Any) -> bool:
@@ -106,8 +109,11 @@ class BulkSender:
             everyone = sorted(parts)
             by_part: dict[int, list[Record]] = {}
             pick = producer._partitioner
+            hashed = self._hashes.partition if is_default(pick) else None
             for rec in records:
-                by_part.setdefault(pick(rec[0], everyone, everyone), []).append(rec)
+                key = rec[0]
+                part = hashed(key, everyone) if hashed is not None and key is not None else pick(key, everyone, everyone)
+                by_part.setdefault(part, []).append(rec)
             groups: Iterable[tuple[int, Iterable[Record]]] = by_part.items()
         else:
             if partition not in parts:

@@ -102,6 +102,24 @@ def test_keyed_records_go_where_aiokafkas_partitioner_sends_them():
         everyone = sorted(PARTS)
         assert placed == {k: p._partitioner(k, everyone, everyone) for k in keys}
         assert len(set(placed.values())) == 3
+        # a second topic with the same keys (a verdict's unique/duplicate record): hashes remembered,
+        # the same partitions; a record without a key still gets one
+        await s.send("u", None, [(k, b"y") for k in reversed(keys)] + [(None, b"nokey")])
+        again = {k: part for part in PARTS for k, _, _ in take(p, TopicPartition("u", part), 0)}
+        assert again.pop(None) in PARTS
+        assert again == placed
+        await p.client.close()
+
+    asyncio.run(run())
+
+
+def test_a_producer_with_its_own_partitioner_keeps_it():
+    async def run():
+        p = producer()
+        p._partitioner = lambda key, everyone, available: everyone[-1]
+        s = BulkSender(lambda: p)
+        await s.send("v", None, [(f"doc-{i}".encode(), b"x") for i in range(10)])
+        assert len(take(p, TopicPartition("v", 2), 0)) == 10
         await p.client.close()
 
     asyncio.run(run())
@@ -126,3 +144,17 @@ def test_an_unknown_accumulator_falls_back_to_the_public_send():
         assert [d.offset() for d in out] == [0, 1]
 
     asyncio.run(run())
+
+
+def test_key_hashes_are_murmur2_across_generations():
+    from aiokafka.partitioner import DefaultPartitioner, murmur2
+
+    from stream_dedup.stream.partitioner import KeyHashes, is_default
+
+    hashes = KeyHashes(size=4)
+    keys = [f"doc-{i % 7}".encode() for i in range(40)]  # more keys than a generation holds, repeated
+    assert [hashes(k) for k in keys] == [murmur2(k) for k in keys]
+    assert len(hashes.young) <= 4 and len(hashes.old) <= 4
+    everyone = [0, 1, 2, 3, 4]
+    assert [hashes.partition(k, everyone) for k in keys] == [DefaultPartitioner()(k, everyone, everyone) for k in keys]
+    assert is_default(DefaultPartitioner) and is_default(DefaultPartitioner()) and not is_default(lambda *a: 0)

@@ -32,3 +32,25 @@ def test_worker_consumer_fetch_minimum_follows_the_setting(tmp_path):
     assert consumer_fetch(tmp_path) == (100, 1)
     assert consumer_fetch(tmp_path, STREAM_DEDUP_WORKER__FETCH_MIN_BYTES="4096",
                           STREAM_DEDUP_WORKER__FETCH_MAX_WAIT_MS="50") == (50, 4096)
+
+
+def producer_compression(tmp_path, **env: str) -> int:
+    """The codec id of the producer batches the worker would build (0 none, 3 lz4)."""
+    settings = load_settings(None, environ={"STREAM_DEDUP_WORKER__STATE_DIR": str(tmp_path / "state"), **env})
+    app = build_app(settings)
+
+    async def build() -> int:
+        producer = app.producer._new_producer()
+        try:
+            return producer._message_accumulator._compression_type
+        finally:
+            await producer.client.close()
+
+    return asyncio.run(build())
+
+
+def test_worker_producer_compression_follows_the_setting(tmp_path):
+    from aiokafka.record.default_records import DefaultRecordBase
+
+    assert producer_compression(tmp_path) == 0
+    assert producer_compression(tmp_path, STREAM_DEDUP_WORKER__PRODUCER_COMPRESSION="lz4") == DefaultRecordBase.CODEC_LZ4
