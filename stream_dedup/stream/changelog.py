@@ -108,12 +108,9 @@ class BulkSender:
         if partition is None:
             everyone = sorted(parts)
             by_part: dict[int, list[Record]] = {}
-            pick = producer._partitioner
-            hashed = self._hashes.partition if is_default(pick) else None
+            pick = self._hashes if is_default(producer._partitioner) else producer._partitioner
             for rec in records:
-                key = rec[0]
-                part = hashed(key, everyone) if hashed is not None and key is not None else pick(key, everyone, everyone)
-                by_part.setdefault(part, []).append(rec)
+                by_part.setdefault(pick(rec[0], everyone, everyone), []).append(rec)
             groups: Iterable[tuple[int, Iterable[Record]]] = by_part.items()
         else:
             if partition not in parts:

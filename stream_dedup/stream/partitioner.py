@@ -13,15 +13,17 @@ from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 
 class KeyHashes:
-    """``murmur2`` per key, remembered for the last ``size`` to ``2 * size`` keys (two generations:
-    a verdict's key is partitioned for two topics in the same batch)."""
+    """aiokafka's ``DefaultPartitioner`` (same call, same choice) with ``murmur2`` per key
+    remembered for the last ``size`` to ``2 * size`` keys (two generations: a verdict's key is
+    partitioned for two topics in the same batch). A record without a key goes to the default's
+    random partition."""
 
     def __init__(self, size: int = 4096):
         self.size = size
         self.young: dict[bytes, int] = {}
         self.old: dict[bytes, int] = {}
 
-    def __call__(self, key: bytes) -> int:
+    def hash(self, key: bytes) -> int:
         h = self.young.get(key)
         if h is None:
             h = self.old.get(key)
@@ -32,12 +34,13 @@ class KeyHashes:
             self.young[key] = h
         return h
 
-    def partition(self, key: bytes, all_partitions: list[int]) -> int:
-        """What ``DefaultPartitioner`` picks for a key that is not None."""
-        return all_partitions[(self(key) & 0x7FFFFFFF) % len(all_partitions)]
+    def __call__(self, key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
+        if key is None:
+            return DefaultPartitioner()(key, all_partitions, available)
+        return all_partitions[(self.hash(key) & 0x7FFFFFFF) % len(all_partitions)]
 
 
 def is_default(partitioner: object) -> bool:
     """Whether a producer's partitioner is aiokafka's default (the class or an instance of it),
-    whose choice ``KeyHashes.partition`` repeats."""
+    whose choice ``KeyHashes`` repeats."""
     return partitioner is DefaultPartitioner or type(partitioner) is DefaultPartitioner

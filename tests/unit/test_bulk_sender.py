@@ -153,8 +153,9 @@ def test_key_hashes_are_murmur2_across_generations():
 
     hashes = KeyHashes(size=4)
     keys = [f"doc-{i % 7}".encode() for i in range(40)]  # more keys than a generation holds, repeated
-    assert [hashes(k) for k in keys] == [murmur2(k) for k in keys]
+    assert [hashes.hash(k) for k in keys] == [murmur2(k) for k in keys]
     assert len(hashes.young) <= 4 and len(hashes.old) <= 4
     everyone = [0, 1, 2, 3, 4]
-    assert [hashes.partition(k, everyone) for k in keys] == [DefaultPartitioner()(k, everyone, everyone) for k in keys]
+    assert [hashes(k, everyone, everyone) for k in keys] == [DefaultPartitioner()(k, everyone, everyone) for k in keys]
+    assert hashes(None, everyone, everyone) in everyone
     assert is_default(DefaultPartitioner) and is_default(DefaultPartitioner()) and not is_default(lambda *a: 0)

@@ -6,10 +6,13 @@ from stream_dedup.config import load_settings
 from stream_dedup.stream.app import build_app
 
 
+def worker_app(tmp_path, **env: str):
+    return build_app(load_settings(None, environ={"STREAM_DEDUP_WORKER__STATE_DIR": str(tmp_path / "state"), **env}))
+
+
 def consumer_fetch(tmp_path, **env: str) -> tuple[int, int]:
     """(fetch_max_wait_ms, fetch_min_bytes) of the consumer the worker would create."""
-    settings = load_settings(None, environ={"STREAM_DEDUP_WORKER__STATE_DIR": str(tmp_path / "state"), **env})
-    app = build_app(settings)
+    app = worker_app(tmp_path, **env)
 
     async def build() -> tuple[int, int]:
         consumer = app.consumer._thread._create_worker_consumer(app.consumer.transport)
@@ -36,8 +39,7 @@ def test_worker_consumer_fetch_minimum_follows_the_setting(tmp_path):
 
 def producer_compression(tmp_path, **env: str) -> int:
     """The codec id of the producer batches the worker would build (0 none, 3 lz4)."""
-    settings = load_settings(None, environ={"STREAM_DEDUP_WORKER__STATE_DIR": str(tmp_path / "state"), **env})
-    app = build_app(settings)
+    app = worker_app(tmp_path, **env)
 
     async def build() -> int:
         producer = app.producer._new_producer()
