@@ -25,8 +25,8 @@ COMMANDS = {"quality": "python bench/quality.py", "fingerprint": "python bench/f
 
 
 def base_of(name: str) -> str:
-    """The script behind a result: kafka_e2e_rate618 and kafka_e2e_half are kafka_e2e's."""
-    return re.sub(r"_(rate\d+|half)$", "", name)
+    """The script behind a result: kafka_e2e_rate618, kafka_e2e_half and kafka_e2e_half_p2 are kafka_e2e's."""
+    return re.sub(r"(_rate\d+|_half)?(_p\d+)?$", "", name)
 
 
 def main() -> None:

@@ -51,7 +51,7 @@ from .credentials import faust_credentials
 from .gaps import GapFiller, confluent_committed, confluent_fetch
 from . import drain, heap, rocks
 from .metrics import Metrics
-from .watchdog import EXIT_STALLED, ChangelogIdleFilter, StallDetector
+from .watchdog import EXIT_STALLED, ChangelogIdleFilter, StallDetector, nudge_target
 
 log = logging.getLogger("stream_dedup.worker")
 
@@ -614,14 +614,14 @@ def build_app(settings: Settings) -> faust.App:
         re-read harmless; the log line records which of Faust's sets held the partition."""
         consumer = app.consumer
         last = gaps.tracker.last.get((tp.topic, tp.partition)) if gaps is not None else None
-        known = [x for x in (pos, None if last is None else last + 1, committed_offset(tp.topic, tp.partition))
-                 if x is not None]
-        target = min(known) if known else None
+        known = (pos, None if last is None else last + 1, committed_offset(tp.topic, tp.partition))
+        ask = (lambda: gaps.committed(tp.topic, tp.partition)) if gaps is not None and gaps.committed else None
+        target, source = await asyncio.get_running_loop().run_in_executor(None, nudge_target, known, ask)
         view = {"active": tp in consumer._get_active_partitions(), "paused": tp in consumer._paused_partitions,
                 "buffer_full": tp in consumer._buffered_partitions, "flow": consumer.flow_active,
                 "read": consumer._read_offset.get(tp)}
-        log.warning("%s[%d]: lag and no progress for over %.0f s (consumer: %s); resuming it and seeking to %s",
-                    tp.topic, tp.partition, w.stall_nudge_s, view, target)
+        log.warning("%s[%d]: lag and no progress for over %.0f s (consumer: %s); resuming it and seeking to %s (%s)",
+                    tp.topic, tp.partition, w.stall_nudge_s, view, target, source)
         counts["stall.nudges"] += 1
         consumer.on_buffer_drop(tp)  # Faust's own way back from its buffer-full set
         consumer.resume_partitions({tp})

@@ -12,15 +12,42 @@ docker compose (``restart: unless-stopped``) or the test harness restarts it.
 A restart costs the whole group a rebalance and that partition two minutes, so a cheaper step
 comes first: after ``nudge_s`` without progress the worker resumes the partition in Faust's fetch
 set (where it may have been left paused or marked as buffer-full) and seeks it to its position,
-once per stall, logging the consumer's view of the partition. The restart stays the last resort.
+or, when the worker never read it (the form seen at start-up: no read offset, none committed
+recorded), to the group's committed offset asked of the broker; once per stall, logging the
+consumer's view of the partition. The restart stays the last resort.
 
 The detector is pure (no Faust import) so that its rule is unit-tested on its own.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+from typing import Callable, Iterable
 
 EXIT_STALLED = 75  # EX_TEMPFAIL: "try again", which is what a restart does
+
+log = logging.getLogger(__name__)
+
+
+def nudge_target(known: Iterable[int | None], ask: Callable[[], int] | None) -> tuple[int | None, str]:
+    """Where a nudge seeks a stalled partition, and where that offset came from.
+
+    ``known``: the positions the worker has (its read position, the gap tracker's, the committed
+    offset Faust recorded); the earliest wins, so nothing between them is skipped. When it has
+    none, ``ask`` (blocking: the group's committed offset asked of the broker, 0 when nothing is
+    committed) gives one. That is the stall's start-up form in the benchmark logs (a partition
+    active, not paused, never read, nothing committed yet), where a nudge that only resumed the
+    partition left it unfetched until the restart."""
+    offsets = [x for x in known if x is not None]
+    if offsets:
+        return min(offsets), "its position"
+    if ask is None:
+        return None, "no position known"
+    try:
+        return ask(), "the group's committed offset, asked of the broker"
+    except Exception as e:  # the restart stays the remedy
+        log.warning("could not ask the broker for the committed offset: %r", e)
+        return None, "no position known; the broker did not answer"
 
 
 @dataclass

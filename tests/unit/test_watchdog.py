@@ -1,5 +1,5 @@
 """The stall rule: lag with no progress for the timeout; progress, no lag or a rebalance clear it."""
-from stream_dedup.stream.watchdog import ChangelogIdleFilter, StallDetector
+from stream_dedup.stream.watchdog import ChangelogIdleFilter, StallDetector, nudge_target
 
 
 def test_stalled_only_after_timeout_with_lag_and_no_progress():
@@ -329,3 +329,24 @@ def test_no_nudge_when_turned_off_or_after_a_rebalance():
     assert d.to_nudge(30) == []  # 15 s since the rebalance
     d.observe(36, {"a": (10, 50)})
     assert d.to_nudge(36) == ["a"]
+
+
+def test_a_nudge_seeks_to_the_earliest_known_position_without_asking_the_broker():
+    asked = []
+    assert nudge_target((12, None, 9), lambda: asked.append(1) or 0) == (9, "its position")
+    assert asked == []  # a known position needs no broker round trip
+
+
+def test_a_partition_never_read_is_sought_to_the_committed_offset_the_broker_gives():
+    """The start-up stall: no read offset, no committed offset recorded; resuming alone left it unfetched."""
+    target, source = nudge_target((None, None, None), lambda: 41)
+    assert target == 41 and "broker" in source
+    assert nudge_target((None, None, None), None) == (None, "no position known")
+
+
+def test_a_broker_that_does_not_answer_leaves_the_restart_as_the_remedy():
+    def down() -> int:
+        raise TimeoutError("no answer")
+
+    target, source = nudge_target((None, None, None), down)
+    assert target is None and "did not answer" in source
