@@ -1,13 +1,14 @@
 """The stage functions of the dataflow, shared by both drivers.
 
-    prepare ─┬─► exact ────────────────────────┬─► decide
-    (stateless) (by digest)                     │   (by doc id)
-             └─► probes ──► index ─────────────┘
-                 (by band-key partition)
+    prepare ──► probes ──► index ─────────────► answers ──► decide
+    (stateless) (by band-key partition: the    (by doc id)
+                 document's probes; by digest:
+                 its exact check)
 
-``prepare`` sends a document's probes to the index partitions itself (``fan_out``), while the exact
-stage checks its digest: two hops from page to verdict instead of three, for every document (see
-``fan_out`` for what that costs and why the verdicts do not change).
+``prepare`` sends a document's probes to the index partitions and its digest to the partition that
+owns it, all on one topic (``fan_out``, ``index_item``): the index stage does the exact check as
+one more probe, so every document crosses two hops from page to verdict, and each prepare batch
+makes one message per partition, not two (see ``fan_out`` for the history and what it costs).
 
 ``Engine`` calls them in one process (one partition of everything); the Kafka workers call the
 same functions on the partitions they own and carry the messages below between them over
@@ -416,9 +417,34 @@ def fan_out(p: Prepared, partitions: int) -> tuple[Prepared, list[Probe]]:
     where the original has left that document's window (or, an HTML copy of a plain-text
     original, on page structure alone); the copy, seen in the window, then counts. A campaign of
     identical copies fills its buckets up to ``max_bucket`` (the earliest entries stay; a full
-    bucket is not rewritten, ``index.merge_entry``)."""
+    bucket is not rewritten, ``index.merge_entry``).
+
+    The Kafka worker sends both on the probes topic, the Prepared to ``digest_partition`` (see
+    ``index_item``)."""
     probes = route_probes(p, partitions)
     return Prepared(p.id, p.ts, p.digest, p.kind, [], p.rank, p.snippet, len(probes)), probes
+
+
+def index_item(item: Any) -> Prepared | Probe:
+    """One item of the index stage's topic (an ``unpack_batch`` item): a document's probe, or its
+    exact check (the ``fan_out`` Prepared, on the partition that owns its digest).
+
+    Why one topic and one stage for both, where the exact check first had a topic and an agent of
+    its own: at a steady input every topic a batch is written to costs a message per partition,
+    and every agent a batch, a fetch and a commit per turn, whatever the batch holds; with 6
+    partitions and 2 workers an SMS made 1.0-1.1 internal messages, and the workers spent about
+    1.7x the CPU per event of a burst (bench/TARGETS.md). The exact store and the bucket index
+    live side by side on the same partition numbers (Faust gives a worker the same partitions of
+    every topic with the same count), so the index agent holds both tables.
+
+    Told apart by shape: a Probe is an array of 4 fields, a Prepared of 7 or 8; in JSON (a text
+    MessagePack cannot carry) a Prepared has a digest ``"d"``, a Probe none."""
+    if not isinstance(item, list):
+        v = _loads(item) if item[:1] == b"{" else _UNPACK.decode(item)
+        if isinstance(v, dict):
+            return Prepared._from_json(v) if "d" in v else Probe._from_json(v)
+        item = v
+    return Probe._from_wire(item) if len(item) == 4 else Prepared._from_wire(item)
 
 
 # ------------------------------------------------------------------------------------ exact

@@ -1,18 +1,18 @@
 """The Kafka worker: a Faust app whose agents move messages between the core's stage functions.
 
-    pages ─► prepare ─┬─► {internal}.fingerprints ─► exact ─┬─► {internal}.answers ─► decide ─► verdicts
-             (stateless) │    partition = digest         table   │    partition = doc id     table     unique / duplicate
-                         ├─► {internal}.probes ───────► index ──┘                          "decide"
-                         │    partition = band key       table "index"
-                         └─► pages.dlq                   (exact: table "exact")
+    pages ─► prepare ─┬─► {internal}.probes ────────► index ──► {internal}.answers ─► decide ─► verdicts
+             (stateless) │    partition = band key      tables       partition = doc id   table     unique / duplicate
+                         │    (probes), digest (the     "index",                          "decide"
+                         │    exact check)              "exact"
+                         └─► pages.dlq
 
-prepare sends a document's probes to the index and its digest to the exact stage at once
-(``stages.fan_out``): two hops from page to verdict.
+prepare sends a document's probes to the index partitions and its digest to the partition that
+owns it, on one topic (``stages.fan_out``, ``stages.index_item``): two hops from page to verdict.
 
-Each stateful agent owns a RocksDB-backed Faust table (rocksdict) whose changelog is one of the
+Each stateful agent owns RocksDB-backed Faust tables (rocksdict) whose changelogs are the
 ``*-changelog`` topics in ``topics/topics.toml``; Faust restores a partition's table from it when the
 partition moves. A table partition is only read and written while processing an event of the same
-partition number, which is exactly how the messages are routed: by digest (exact), by band-key
+partition number, which is exactly how the messages are routed: by digest (exact) and by band-key
 partition (index: ``stages.key_partition``), by document id (decide). All deciding happens in
 ``core.stages``; this module only moves bytes and keeps counts.
 """
@@ -42,7 +42,8 @@ from ..core.document import Rejected
 from ..core.exact import ExactStore
 from ..core.index import BucketIndex
 from ..core.stages import (DecideStage, IndexStage, DocStates, Prepared, Preparer, Probe, ToDecide, byte_slices,
-                           digest_partition, exact_stage, fan_out, id_partition, pack_batches, unpack_batch)
+                           digest_partition, exact_stage, fan_out, id_partition, index_item, pack_batches,
+                           unpack_batch)
 from ..core.store import WriteBack
 from ..core.verdict import json_record
 from ..kafka_io import client_config
@@ -180,7 +181,6 @@ def build_app(settings: Settings) -> faust.App:
     dlq = topic(t.dlq, partitions=1)
     verdicts, unique, duplicate = topic(t.verdicts, compacted=True), topic(t.unique), topic(t.duplicate)
     clusters = topic(t.clusters, compacted=True)
-    fingerprints = topic(f"{t.internal_prefix}.fingerprints")
     probes = topic(f"{t.internal_prefix}.probes")
     answers = topic(f"{t.internal_prefix}.answers")
     status_topic = topic(f"{t.internal_prefix}.status", partitions=1, compacted=True)
@@ -238,8 +238,7 @@ def build_app(settings: Settings) -> faust.App:
     gaps = (GapFiller(confluent_fetch(client_config(settings)), on_fill=filled,
                       committed=confluent_committed(client_config(settings), w.app_id))
             if w.processing_guarantee == "at_least_once" else None)
-    stream_topics = {pages.get_topic_name(), fingerprints.get_topic_name(), probes.get_topic_name(),
-                     answers.get_topic_name()}
+    stream_topics = {pages.get_topic_name(), probes.get_topic_name(), answers.get_topic_name()}
     rebalancing_since: list[float] = []
     worked: set[tuple[str, int]] = set()  # (topic, partition) processed since the last stall check
     slow_stage, slow_s, slow_for = (w.inject_delay.split(":") + ["", "0", "0"])[:3]
@@ -289,7 +288,7 @@ def build_app(settings: Settings) -> faust.App:
         for tp in revoked:
             if gaps is not None:
                 gaps.tracker.forget(tp.topic, tp.partition)
-            if tp.topic == fingerprints.get_topic_name() and exact_by_part.pop(tp.partition, None) is not None:
+            if tp.topic == probes.get_topic_name() and exact_by_part.pop(tp.partition, None) is not None:
                 log.info("exact partition %d revoked: its Bloom filter is dropped", tp.partition)
 
     async def send_batches(out: dict[tuple[Any, int], list[bytes]],
@@ -452,7 +451,7 @@ def build_app(settings: Settings) -> faust.App:
             counts["prepared"] += 1
             prepare_s.observe(per_event)
             fingerprint, probe_list = fan_out(p, n)
-            out.setdefault((fingerprints, digest_partition(p.digest, n)), []).append(fingerprint.to_bytes())
+            out.setdefault((probes, digest_partition(p.digest, n)), []).append(fingerprint.to_bytes())
             to_index(out, probe_list)
         if await send_batches(out) is None:
             return False
@@ -464,59 +463,49 @@ def build_app(settings: Settings) -> faust.App:
                                            if tp.topic == pages.get_topic_name()})
         return True
 
-    @app.agent(fingerprints)
-    async def exact(stream):
-        async for batch in batches(stream):
-            out: dict = {}
-            for ev, msg in batch:
-                if stopping:  # see quiesce
-                    exact_map.discard()
-                    return hold(batch)
-                with under(ev):
-                    for item in unpack_batch(msg.value):
-                        t0 = time.perf_counter()
-                        if slow_stage:
-                            await injected_delay("exact")
-                        p = Prepared.from_item(item)
-                        msgs, probe_list = exact_stage(exact_store(msg.partition), p, n)
-                        exact_s.observe(time.perf_counter() - t0)
-                        counts["exact.in"] += 1
-                        counts["exact.copies"] += msgs[0].cand is not None
-                        to_index(out, probe_list)  # only for a message from a version before fan_out
-                        to_decide(out, msgs)
-            if await send_batches(out) is None:
-                exact_map.discard()
-                return hold(batch)
-            await exact_map.send()
-
     @app.agent(probes)
     async def index(stream):
+        """The exact check and the probes of the band keys, on the partitions they are routed to."""
         async for batch in batches(stream):
             out: dict = {}
             verified = index_stage.candidates
             for ev, msg in batch:
-                if stopping:
+                if stopping:  # see quiesce
+                    exact_map.discard()
                     index_data.discard()
                     index_map.discard()
                     return hold(batch)
                 with under(ev):
                     for item in unpack_batch(msg.value):
-                        pr = Probe.from_item(item)
+                        it = index_item(item)
+                        t0 = time.perf_counter()
+                        if isinstance(it, Prepared):
+                            if slow_stage:
+                                await injected_delay("exact")
+                            msgs, probe_list = exact_stage(exact_store(msg.partition), it, n)
+                            exact_s.observe(time.perf_counter() - t0)
+                            counts["exact.in"] += 1
+                            counts["exact.copies"] += msgs[0].cand is not None
+                            to_index(out, probe_list)  # only for a message from a version before fan_out
+                            to_decide(out, msgs)
+                            continue
                         if slow_stage:
                             await injected_delay("index")
-                        if pr.partition != msg.partition:
+                            t0 = time.perf_counter()
+                        if it.partition != msg.partition:
                             log.error("probe for partition %d arrived on %d: partition counts differ",
-                                      pr.partition, msg.partition)
+                                      it.partition, msg.partition)
                         counts["index.probes"] += 1
-                        t0 = time.perf_counter()
-                        to_decide(out, index_stage.process(pr))
+                        to_decide(out, index_stage.process(it))
                         index_s.observe(time.perf_counter() - t0)
             if await send_batches(out) is None:
+                exact_map.discard()
                 index_data.discard()
                 index_map.discard()
                 return hold(batch)
             counts["index.writes"] += index_data.flush(under)
             metrics.candidates.inc(index_stage.candidates - verified)
+            await exact_map.send()
             await index_map.send()
 
     @app.agent(answers)
