@@ -440,12 +440,15 @@ def index_item(item: Any) -> Prepared | Probe:
 
     Told apart by shape: a Probe is an array of 4 fields, a Prepared of 7 or 8; in JSON (a text
     MessagePack cannot carry) a Prepared has a digest ``"d"``, a Probe none."""
-    if not isinstance(item, list):
-        v = _loads(item) if item[:1] == b"{" else _UNPACK.decode(item)
-        if isinstance(v, dict):
-            return Prepared._from_json(v) if "d" in v else Probe._from_json(v)
-        item = v
-    return Probe._from_wire(item) if len(item) == 4 else Prepared._from_wire(item)
+    return _index_wire(item) if isinstance(item, list) else _decode(item, _index_wire, _index_json)
+
+
+def _index_wire(v: list) -> Prepared | Probe:
+    return Probe._from_wire(v) if len(v) == 4 else Prepared._from_wire(v)
+
+
+def _index_json(d: dict) -> Prepared | Probe:
+    return Prepared._from_json(d) if "d" in d else Probe._from_json(d)
 
 
 # ------------------------------------------------------------------------------------ exact
