@@ -463,6 +463,12 @@ def build_app(settings: Settings) -> faust.App:
                                            if tp.topic == pages.get_topic_name()})
         return True
 
+    def drop_index_batch() -> None:
+        """The index agent's table writes of a batch it holds for replay (see ``hold``)."""
+        exact_map.discard()
+        index_data.discard()
+        index_map.discard()
+
     @app.agent(probes)
     async def index(stream):
         """The exact check and the probes of the band keys, on the partitions they are routed to."""
@@ -471,15 +477,13 @@ def build_app(settings: Settings) -> faust.App:
             verified = index_stage.candidates
             for ev, msg in batch:
                 if stopping:  # see quiesce
-                    exact_map.discard()
-                    index_data.discard()
-                    index_map.discard()
+                    drop_index_batch()
                     return hold(batch)
                 with under(ev):
                     for item in unpack_batch(msg.value):
                         it = index_item(item)
-                        t0 = time.perf_counter()
                         if isinstance(it, Prepared):
+                            t0 = time.perf_counter()
                             if slow_stage:
                                 await injected_delay("exact")
                             msgs, probe_list = exact_stage(exact_store(msg.partition), it, n)
@@ -491,17 +495,15 @@ def build_app(settings: Settings) -> faust.App:
                             continue
                         if slow_stage:
                             await injected_delay("index")
-                            t0 = time.perf_counter()
                         if it.partition != msg.partition:
                             log.error("probe for partition %d arrived on %d: partition counts differ",
                                       it.partition, msg.partition)
                         counts["index.probes"] += 1
+                        t0 = time.perf_counter()
                         to_decide(out, index_stage.process(it))
                         index_s.observe(time.perf_counter() - t0)
             if await send_batches(out) is None:
-                exact_map.discard()
-                index_data.discard()
-                index_map.discard()
+                drop_index_batch()
                 return hold(batch)
             counts["index.writes"] += index_data.flush(under)
             metrics.candidates.inc(index_stage.candidates - verified)
