@@ -278,7 +278,7 @@ def row(r: dict, scan_rate: float) -> list:
             r["latency_median_ms"], r["latency_p99_ms"],
             " / ".join(f"{x['latency_p99_ms']:.0f}" for x in r["repeats"]),
             round(scan_rate, 1), r["ratio_to_scan"],
-            round(mpe.get("fingerprints", 0) + mpe["probes"] + mpe["answers"], 1),  # fingerprints: runs before it joined probes
+            round(mpe["probes"] + mpe["answers"], 1),
             round(mpe["exact-changelog"] + mpe["index-changelog"] + mpe["decide-changelog"], 1),
             r["cpu"]["workers_cores"], r["cpu"].get("broker_cores"), r["cpu"].get("irq_cores"),
             r["cpu"]["rest_cores"], r["cpu"]["bench_client_cores"], r["cpu"]["idle_cores"]]
