@@ -23,7 +23,12 @@ because two runs of the same command differ by up to ±30 % on this machine; the
 and the latency plot come from the run with the median events/s. The embedded rate is the median
 of as many runs.
 The "cores" columns say who used the machine's CPU during the measured run (/proc): the workers,
-the broker and anything else, this script's own Kafka clients, and what stayed idle.
+the broker and anything else, this script's own Kafka clients, and what stayed idle. "worker CPU
+ms/event" is the workers' CPU per event; "main threads" the part of it on the workers' main threads
+(agents, Faust, the producer; the rest is mostly the Kafka consumer's thread); "stages' code" the
+time the stages' own code took per event (the workers' ``stream_dedup_stage_seconds``, read from
+their /metrics before and after the run: preparing, exact checks, probes, decisions; wall time, so
+it includes any time the thread was preempted), the core's share of the main threads.
 With --profile, py-spy samples every worker during the measured run and a second table says where
 their CPU went (bench/worker_profile.py); the results are then written as kafka_profile*.
 """
@@ -33,14 +38,17 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -73,14 +81,39 @@ def settings_for(prefix: str, partitions: int):
     return s
 
 
-def env_for(s, state: str) -> dict:
+def env_for(s, state: str, web_port: int = 0) -> dict:
     t = s.topics
     return dict(os.environ, KAFKA_BOOTSTRAP=s.kafka.bootstrap, STREAM_DEDUP_TOPICS__PAGES=t.pages,
                 STREAM_DEDUP_TOPICS__DLQ=t.dlq, STREAM_DEDUP_TOPICS__VERDICTS=t.verdicts,
                 STREAM_DEDUP_TOPICS__UNIQUE=t.unique, STREAM_DEDUP_TOPICS__DUPLICATE=t.duplicate,
                 STREAM_DEDUP_TOPICS__INTERNAL_PREFIX=t.internal_prefix, STREAM_DEDUP_TOPICS__PARTITIONS=str(t.partitions),
-                STREAM_DEDUP_WORKER__APP_ID=s.worker.app_id, STREAM_DEDUP_WORKER__WEB_PORT="0",
+                STREAM_DEDUP_WORKER__APP_ID=s.worker.app_id, STREAM_DEDUP_WORKER__WEB_PORT=str(web_port),
                 STREAM_DEDUP_WORKER__STATE_DIR=state, STREAM_DEDUP_WORKER__LOG_LEVEL=os.environ.get("BENCH_WORKER_LOG_LEVEL", "WARNING"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+_STAGE_SUM = re.compile(r'^stream_dedup_stage_seconds_sum\{stage="(\w+)"\} (\S+)$', re.M)
+
+
+def stage_seconds(ports: list[int]) -> dict[str, float] | None:
+    """Seconds each stage's own code has taken so far, summed over the workers, from their
+    ``/metrics`` (``stream_dedup_stage_seconds``: ``prepare_many`` per slice, and each exact check,
+    probe and decision: the core's work, without the wire format, the tables' flushes, Faust or
+    aiokafka). None when a worker does not answer."""
+    out: dict[str, float] = {}
+    for port in ports:
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        except OSError:
+            return None
+        for stage, v in _STAGE_SUM.findall(body):
+            out[stage] = out.get(stage, 0.0) + float(v)
+    return out
 
 
 def wait_until_stable(s, workers: int, timeout: float = 180) -> None:
@@ -156,7 +189,9 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     s = settings_for(prefix, partitions=partitions)
     apply(s)
-    procs = [subprocess.Popen([sys.executable, "-m", "stream_dedup.cli", "worker"], env=env_for(s, str(tmp / f"{prefix}-{i}")),
+    ports = [free_port() for _ in range(workers)]
+    procs = [subprocess.Popen([sys.executable, "-m", "stream_dedup.cli", "worker"],
+                              env=env_for(s, str(tmp / f"{prefix}-{i}"), ports[i]),
                               stdout=open(tmp / f"{prefix}-{i}.log", "wb"), stderr=subprocess.STDOUT, cwd=REPO)
              for i in range(workers)]
     c = consumer(s, f"{prefix}-reader")
@@ -166,6 +201,7 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
         wait_until_stable(s, workers)
         warm_up(s, p, c, workers, tmp, prefix)
         before = internal_totals(c, prefix, partitions)  # the run's own messages per event, without the warm-up's
+        stages_before = stage_seconds(ports)
         sent_at: dict[str, float] = {}
         lat: dict[str, float] = {}
         arrivals: list[float] = []
@@ -205,6 +241,7 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
         reader.join()
         done.set()
         cpu = meter.stop()
+        stages_after = stage_seconds(ports)
         profiled = profiler.stop() if profiler is not None else None
         last = max(arrivals) if arrivals else time.time()
         vals = sorted(lat.values())
@@ -226,6 +263,12 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
                   "latency_median_ms": round(1000 * statistics.median(vals), 1),
                   "latency_p99_ms": round(1000 * vals[int(0.99 * (len(vals) - 1))], 1)}
         result["cpu"] = cpu
+        result["cpu_ms_per_event"] = {  # the workers' CPU per event, and how much of it the stages' own code took
+            "workers": round(1000 * cpu["workers_cores"] * cpu["wall_s"] / len(events), 3),
+            "main_threads": round(1000 * cpu["workers_main_thread_cores"] * cpu["wall_s"] / len(events), 3)}
+        if stages_before is not None and stages_after is not None:
+            result["cpu_ms_per_event"]["stages"] = {
+                k: round(1000 * (v - stages_before.get(k, 0.0)) / len(events), 3) for k, v in stages_after.items()}
         if profiled is not None:
             result["profile"] = summary(profiled, len(events))
     finally:
@@ -280,6 +323,8 @@ def row(r: dict, scan_rate: float) -> list:
             round(scan_rate, 1), r["ratio_to_scan"],
             round(mpe["probes"] + mpe["answers"], 1),
             round(mpe["exact-changelog"] + mpe["index-changelog"] + mpe["decide-changelog"], 1),
+            r["cpu_ms_per_event"]["workers"], r["cpu_ms_per_event"]["main_threads"],
+            round(sum(r["cpu_ms_per_event"].get("stages", {}).values()), 3) or "",
             r["cpu"]["workers_cores"], r["cpu"].get("broker_cores"), r["cpu"].get("irq_cores"),
             r["cpu"]["rest_cores"], r["cpu"]["bench_client_cores"], r["cpu"]["idle_cores"]]
 
@@ -397,7 +442,7 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     text = table(["kind", "workers", "rate", "events", "answered", "events/s", "events/s runs", "latency p50 ms",
                   "latency p99 ms", "p99 runs", "scan events/s", "kafka/scan", "internal msgs/event", "changelog msgs/event",
-                  "cores: workers", "broker", "kernel irq", "rest", "bench client", "idle"], rows)
+                  "worker CPU ms/event", "main threads", "stages' code", "cores: workers", "broker", "kernel irq", "rest", "bench client", "idle"], rows)
     name = (("kafka_profile" if a.profile else "kafka_e2e")
             + ("_half" if half else f"_rate{int(a.rate)}" if a.rate else "")
             + (f"_p{a.partitions}" if a.partitions != 6 else ""))

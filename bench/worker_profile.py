@@ -113,9 +113,10 @@ def summary(counters: list[Counter], events: int) -> dict:
                             for name, k in total.most_common()}}
 
 
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def proc_cpu_s(pid: int, thread: int | None = None) -> float:
+    """User + system CPU seconds of a process so far, or of one of its threads (Linux /proc)."""
+    stat = Path(f"/proc/{pid}/task/{thread}/stat" if thread else f"/proc/{pid}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK
 
 
@@ -133,8 +134,9 @@ def py_spy() -> str | None:
 
 
 class CpuMeter:
-    """Who used the machine's cores during the measured run: the workers, the broker (when its pid
-    is known), this benchmark's own Kafka clients, the kernel's interrupt work (on loopback the
+    """Who used the machine's cores during the measured run: the workers (and of that their main
+    threads, which run the agents, Faust and the producer; the rest is mostly the Kafka consumer's
+    thread), the broker (when its pid is known), this benchmark's own Kafka clients, the kernel's interrupt work (on loopback the
     receive side of every TCP segment: softirq time that /proc charges to no process), and the
     rest, plus what stayed idle."""
 
@@ -151,11 +153,11 @@ class CpuMeter:
 
     def _now(self) -> tuple:
         return (time.monotonic(), [proc_cpu_s(p) for p in self.pids], sum(os.times()[:2]), self._broker_s(),
-                *machine_cpu_s())
+                *machine_cpu_s(), sum(proc_cpu_s(p, p) for p in self.pids))
 
     def stop(self) -> dict:
-        t1, w1, own1, broker1, busy1, idle1, irq1 = self._now()
-        t0, w0, own0, broker0, busy0, idle0, irq0 = self.start
+        t1, w1, own1, broker1, busy1, idle1, irq1, main1 = self._now()
+        t0, w0, own0, broker0, busy0, idle0, irq0, main0 = self.start
         wall = max(1e-9, t1 - t0)
         workers = sum(w1) - sum(w0)
         own = own1 - own0
@@ -165,6 +167,7 @@ class CpuMeter:
         return {"wall_s": round(wall, 2), "cores": os.cpu_count(),
                 "workers_cores": round(workers / wall, 2),
                 "per_worker_cores": [round((b - a) / wall, 2) for a, b in zip(w0, w1)],
+                "workers_main_thread_cores": round((main1 - main0) / wall, 2),
                 "bench_client_cores": round(own / wall, 2),
                 "broker_cores": round(broker / wall, 2) if self.broker_pid else None,
                 "irq_cores": round(irq / wall, 2),
