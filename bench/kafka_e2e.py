@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import socket
@@ -55,6 +54,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, RESULTS, devset, need_shared, read_jsonl, save, table  # noqa: E402
 from worker_profile import CpuMeter, Profiler, summary  # noqa: E402
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from stream_dedup.config import load_settings  # noqa: E402
 from stream_dedup.core.engine import Engine  # noqa: E402
@@ -97,9 +98,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-_STAGE_SUM = re.compile(r'^stream_dedup_stage_seconds_sum\{stage="(\w+)"\} (\S+)$', re.M)
-
-
 def stage_seconds(ports: list[int]) -> dict[str, float] | None:
     """Seconds each stage's own code has taken so far, summed over the workers, from their
     ``/metrics`` (``stream_dedup_stage_seconds``: ``prepare_many`` per slice, and each exact check,
@@ -111,8 +109,11 @@ def stage_seconds(ports: list[int]) -> dict[str, float] | None:
             body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         except OSError:
             return None
-        for stage, v in _STAGE_SUM.findall(body):
-            out[stage] = out.get(stage, 0.0) + float(v)
+        for fam in text_string_to_metric_families(body):
+            for sample in fam.samples:
+                if sample.name == "stream_dedup_stage_seconds_sum":
+                    stage = sample.labels["stage"]
+                    out[stage] = out.get(stage, 0.0) + sample.value
     return out
 
 
