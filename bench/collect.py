@@ -1,5 +1,8 @@
 """Collect the latest bench/results/*.md tables into bench/RESULTS.md (date, commit and machine included).
 
+Tables that are no longer current (one-off rates of earlier stops) live in bench/results/archive/, which is
+not collected; bench/TARGETS.md is appended, bench/HISTORY.md is not.
+
     python bench/collect.py
 """
 from __future__ import annotations

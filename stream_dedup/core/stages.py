@@ -434,7 +434,7 @@ def index_item(item: Any) -> Prepared | Probe:
     and every agent a batch, a fetch and a commit per turn, whatever the batch holds. With 6
     partitions and 2 workers this halves the internal messages (0.5-0.7 instead of 1.1-1.4 per SMS
     at a steady 1,200/s) and took 0.07-0.12 core off the workers at a steady 450 news/s
-    (bench/TARGETS.md, sixteenth stop). The exact store and the bucket index live side by side on
+    (bench/HISTORY.md, sixteenth stop). The exact store and the bucket index live side by side on
     the same partition numbers (Faust gives a worker the same partitions of every topic with the
     same count), so the index agent holds both tables.
 
