@@ -265,8 +265,8 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
                   "latency_p99_ms": round(1000 * vals[int(0.99 * (len(vals) - 1))], 1)}
         result["cpu"] = cpu
         result["cpu_ms_per_event"] = {  # the workers' CPU per event, and how much of it the stages' own code took
-            "workers": round(1000 * cpu["workers_cores"] * cpu["wall_s"] / len(events), 3),
-            "main_threads": round(1000 * cpu["workers_main_thread_cores"] * cpu["wall_s"] / len(events), 3)}
+            "workers": round(1000 * cpu["workers_cpu_s"] / len(events), 3),
+            "main_threads": round(1000 * cpu["workers_main_thread_cpu_s"] / len(events), 3)}
         if stages_before is not None and stages_after is not None:
             result["cpu_ms_per_event"]["stages"] = {
                 k: round(1000 * (v - stages_before.get(k, 0.0)) / len(events), 3) for k, v in stages_after.items()}

@@ -165,6 +165,8 @@ class CpuMeter:
         broker = broker1 - broker0
         irq = irq1 - irq0
         return {"wall_s": round(wall, 2), "cores": os.cpu_count(),
+                # CPU seconds as measured, for per-event figures (the cores below are rounded)
+                "workers_cpu_s": round(workers, 4), "workers_main_thread_cpu_s": round(main1 - main0, 4),
                 "workers_cores": round(workers / wall, 2),
                 "per_worker_cores": [round((b - a) / wall, 2) for a, b in zip(w0, w1)],
                 "workers_main_thread_cores": round((main1 - main0) / wall, 2),
