@@ -1,0 +1,192 @@
+"""What an event costs the core in instructions, counted by Valgrind: a measure the machine's hour does not move.
+
+    python bench/instructions.py [--commits WORKTREE 0ed719b ...] [--kinds sms news] [--events 2000 500]
+
+Why: on this shared 2-core machine the same code runs up to 2x slower in one hour than in another
+(bench/TARGETS.md, "The machine's hour"), so a rate measured today cannot be set against one
+measured yesterday, and an A/B of two commits needs many alternating runs to see a 10 % change.
+The number of instructions the CPU executes for the same events is the same in every hour (to a
+few parts in a thousand). Valgrind's cachegrind tool counts them (``I refs``, with the cache
+simulation off); the events run once with N events and once with 1, and the difference over N - 1
+is the cost of an event, without the interpreter's start-up, the imports and the first loads.
+
+Workloads, on the first N events of the development benchmark (bench/build_devset.py), ts = position:
+* ``engine``: ``Engine.process`` one event at a time: what ``kafka_e2e.py``'s "scan events/s" column
+  runs (its ``embedded``);
+* ``batched``: ``Preparer.prepare_many`` over batches of ``--batch`` events (1,024: a worker's full
+  batch at full speed) then ``Engine.judge`` of each: the core's part of a worker's work.
+
+Each commit other than ``WORKTREE`` (the files as they are) is checked out into a temporary
+``git worktree`` and imported from there, with this script's workloads (they use only ``Engine``
+and ``Preparer.prepare_many``, so older commits run them too). The table also gives the events/s
+of the same workload run natively now (N - 1 events over the median seconds of --repeat runs of N
+events less those of 1, as the instructions are counted) and what the two make together:
+the instructions per second the machine gave this process in this hour, the figure that moves.
+
+Needs Valgrind (``apt-get install valgrind``); under it the workloads run about 50x slower
+(2,000 SMS: about a minute).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, devset, need_shared, read_jsonl, save, table  # noqa: E402
+
+WORKTREE = "WORKTREE"
+WORKLOADS = ("engine", "batched")
+_IREFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+
+
+def load_events(kind: str, n: int) -> list[dict]:
+    lines = read_jsonl(devset() / f"{kind}.jsonl", n)
+    return [{"id": ev["id"], "text": ev["text"], "ts": i} for i, ev in enumerate(lines)]
+
+
+def run_workload(kind: str, workload: str, n: int, batch: int) -> float:
+    """Run in the child process, against whichever ``stream_dedup`` is first on the path; the
+    seconds the events took (start-up and loading the events left out)."""
+    from stream_dedup.config import load_settings
+    from stream_dedup.core.engine import Engine
+
+    events = load_events(kind, n)
+    t0 = time.perf_counter()
+    with Engine(load_settings()) as e:
+        if workload == "engine":
+            for ev in events:
+                e.process(ev)
+        else:
+            for c in range(0, len(events), batch):
+                for p in e.preparer.prepare_many([(ev, None) for ev in events[c:c + batch]]):
+                    if isinstance(p, Exception):
+                        raise p
+                    e.judge(p)
+    return time.perf_counter() - t0
+
+
+def child_cmd(kind: str, workload: str, n: int, batch: int) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "--child", kind, workload, str(n), str(batch)]
+
+
+def count(env: dict, kind: str, workload: str, n: int, batch: int) -> int:
+    """Instructions of one child run under cachegrind."""
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+           *child_cmd(kind, workload, n, batch)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    m = _IREFS.search(r.stderr)
+    if r.returncode != 0 or m is None:
+        sys.exit(f"valgrind run failed ({' '.join(cmd)}):\n{r.stderr[-2000:]}")
+    return int(m.group(1).replace(",", ""))
+
+
+def native(env: dict, kind: str, workload: str, n: int, batch: int, repeat: int) -> float:
+    """Events/s of the workload run without Valgrind: N - 1 events over the median seconds of N
+    events less the median seconds of 1 (the engine's set-up and the first loads, as counted)."""
+    def secs(k: int) -> float:
+        out = []
+        for _ in range(repeat):
+            r = subprocess.run(child_cmd(kind, workload, k, batch), env=env, capture_output=True, text=True,
+                               check=True)
+            out.append(json.loads(r.stdout.strip().splitlines()[-1])["seconds"])
+        return statistics.median(out)
+
+    return (n - 1) / max(secs(n) - secs(1), 1e-9)
+
+
+def checkout(commit: str, into: Path) -> Path:
+    """The commit's files in a detached worktree, byte-compiled (as an installed package is)."""
+    sha = subprocess.run(["git", "rev-parse", "--verify", f"{commit}^{{commit}}"], cwd=REPO, capture_output=True,
+                         text=True)
+    if sha.returncode != 0:
+        sys.exit(f"not a commit: {commit!r}")
+    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(into), sha.stdout.strip()], cwd=REPO, check=True)
+    return into
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        kind, workload, n, batch = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        print(json.dumps({"seconds": run_workload(kind, workload, n, batch)}))
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--commits", nargs="+", default=[WORKTREE],
+                    help=f"commits to compare; {WORKTREE} is the files as they are (the first is the baseline)")
+    ap.add_argument("--kinds", nargs="+", default=["sms", "news"], choices=["sms", "news"])
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    ap.add_argument("--events", type=int, nargs="+", default=None, metavar="N",
+                    help="events per kind, in --kinds order (default: 2,000 SMS, 500 news articles)")
+    ap.add_argument("--batch", type=int, default=1024, help="prepare_many batch of the batched workload")
+    ap.add_argument("--repeat", type=int, default=3, help="native runs per row (their median)")
+    a = ap.parse_args()
+    if shutil.which("valgrind") is None:
+        sys.exit("bench/instructions.py needs Valgrind: apt-get install valgrind")
+    need_shared()
+    default_n = {"sms": 2000, "news": 500}
+    events = a.events or [default_n[k] for k in a.kinds]
+    if len(events) != len(a.kinds):
+        sys.exit("--events takes one number per kind")
+    if min(events) < 2:
+        sys.exit("--events must be at least 2 (one run of 1 event is subtracted)")
+    devset()  # built once here, not by every child
+    rows, runs = [], []
+    base: dict[tuple[str, str], float] = {}
+    with tempfile.TemporaryDirectory(prefix="stream-dedup-instr-") as tmp:
+        trees = []
+        try:
+            for i, commit in enumerate(a.commits):
+                if commit == WORKTREE:
+                    trees.append((commit, REPO))
+                else:
+                    trees.append((commit, checkout(commit, Path(tmp) / f"tree{i}")))
+            for commit, tree in trees:
+                subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "stream_dedup")], check=True)
+                env = {**os.environ, "PYTHONPATH": str(tree)}
+                label = commit if commit != WORKTREE else f"{WORKTREE} ({_head()}{_modified()})"
+                for kind, n in zip(a.kinds, events):
+                    for wl in a.workloads:
+                        t0 = time.time()
+                        per_event = (count(env, kind, wl, n, a.batch) - count(env, kind, wl, 1, a.batch)) / (n - 1)
+                        rate = native(env, kind, wl, n, a.batch, a.repeat)
+                        ratio = per_event / base.setdefault((kind, wl), per_event)
+                        rows.append([label, kind, wl, n, round(per_event / 1000, 1), round(ratio, 3), round(rate),
+                                     round(per_event * rate / 1e9, 2)])
+                        runs.append({"commit": commit, "kind": kind, "workload": wl, "events": n,
+                                     "instructions_per_event": round(per_event), "ratio_to_first": round(ratio, 4),
+                                     "native_events_per_s": round(rate, 1), "native_runs": a.repeat,
+                                     "giga_instructions_per_s": round(per_event * rate / 1e9, 3),
+                                     "at": time.strftime("%H:%M", time.gmtime(t0))})
+                        print(rows[-1], flush=True)
+        finally:
+            for commit, tree in trees:
+                if tree != REPO:
+                    subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO,
+                                   capture_output=True)
+    text = table(["commit", "kind", "workload", "events", "k instructions/event", "vs first",
+                  "events/s now", "G instructions/s now"], rows)
+    save("instructions", {"runs": runs, "args": vars(a)}, text)
+
+
+def _head() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _modified() -> str:
+    """", modified" when the package's files differ from HEAD (what the row measured is not a commit)."""
+    out = subprocess.run(["git", "status", "--porcelain", "--", "stream_dedup"], cwd=REPO, capture_output=True,
+                         text=True).stdout
+    return ", modified" if out.strip() else ""
+
+
+if __name__ == "__main__":
+    main()
