@@ -1,6 +1,6 @@
 """What an event costs the core in instructions, counted by Valgrind: a measure the machine's hour does not move.
 
-    python bench/instructions.py [--commits WORKTREE 0ed719b ...] [--kinds sms news] [--events 2000 500]
+    python bench/instructions.py [--commits WORKTREE MYPYC 0ed719b ...] [--kinds sms news] [--events 2000 500]
 
 Why: on this shared 2-core machine the same code runs up to 3x slower in one hour than in another
 (bench/TARGETS.md, "The machine's hour"), so a rate measured today cannot be set against one
@@ -23,7 +23,11 @@ Workloads, on the first N events of the development benchmark (bench/build_devse
 
 Each commit other than ``WORKTREE`` (the files as they are) is checked out into a temporary
 ``git worktree`` and imported from there, with this script's workloads (they use only ``Engine``
-and ``Preparer.prepare_many``, so older commits run them too). The table also gives the events/s
+and ``Preparer.prepare_many``, so older commits run them too). ``MYPYC`` is the working tree's
+package copied aside with the core's busiest modules (``COMPILED``) compiled by mypyc, from their
+type hints, into C extensions: what a typed, compiled core would save, without a rewrite (needs
+the bench extra's mypy and a C compiler; about a minute to build). It is a measurement only: the
+project ships and runs the pure-Python modules (bench/TARGETS.md says why). The table also gives the events/s
 of the same workload run natively now (the N - 1 events after the first, median of --repeat runs)
 and what the two make together: the instructions per second the machine gave this process in
 this hour, the figure that moves.
@@ -49,6 +53,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, devset, need_shared, read_jsonl, save, table  # noqa: E402
 
 WORKTREE = "WORKTREE"
+MYPYC = "MYPYC"
+# the modules a worker's SMS spends its core time in (stages, index, verdicts, exact store and
+# filter, the n-gram detector); mypy must pass on them for mypyc to build them
+COMPILED = ("index", "verdict", "exact", "bloom", "store", "cache", "stages", "engine", "document", "hashing",
+            "detectors/ngram")
 WORKLOADS = ("engine", "batched")
 _IREFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
@@ -116,6 +125,20 @@ def checkout(commit: str, into: Path) -> Path:
     return into
 
 
+def compiled_copy(into: Path) -> Path:
+    """The working tree's package under ``into`` with ``COMPILED`` built by mypyc (the .py files stay
+    beside the extensions, which Python imports first)."""
+    shutil.copytree(REPO / "stream_dedup", into / "stream_dedup",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    mods = [f"stream_dedup/core/{m}.py" for m in COMPILED]
+    r = subprocess.run([sys.executable, "-m", "mypyc", "--ignore-missing-imports", "--follow-imports=silent",
+                        *mods], cwd=into, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"mypyc failed (pip install -e '.[bench]' for mypy; a C compiler is needed too):\n"
+                 f"{(r.stdout + r.stderr)[-3000:]}")
+    return into
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         kind, workload, n, batch = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
@@ -123,7 +146,8 @@ def main() -> None:
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--commits", nargs="+", default=[WORKTREE],
-                    help=f"commits to compare; {WORKTREE} is the files as they are (the first is the baseline)")
+                    help=f"commits to compare; {WORKTREE} is the files as they are, {MYPYC} the same with "
+                         "the core's busiest modules compiled by mypyc (the first is the baseline)")
     ap.add_argument("--kinds", nargs="+", default=["sms", "news"], choices=["sms", "news"])
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     ap.add_argument("--events", type=int, nargs="+", default=None, metavar="N",
@@ -149,12 +173,14 @@ def main() -> None:
             for i, commit in enumerate(a.commits):
                 if commit == WORKTREE:
                     trees.append((commit, REPO))
+                elif commit == MYPYC:
+                    trees.append((commit, compiled_copy(Path(tmp) / f"tree{i}")))
                 else:
                     trees.append((commit, checkout(commit, Path(tmp) / f"tree{i}")))
             for commit, tree in trees:
                 subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "stream_dedup")], check=True)
                 env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-                label = commit if commit != WORKTREE else f"{WORKTREE} ({_head()}{_modified()})"
+                label = (f"{commit} ({_head()}{_modified()})" if commit in (WORKTREE, MYPYC) else commit)
                 for kind, n in zip(a.kinds, events):
                     # a run of 1 event is the warming event alone, whatever the workload: counted once per kind
                     warm = count(env, kind, a.workloads[0], 1, a.batch)
@@ -173,7 +199,7 @@ def main() -> None:
                         print(rows[-1], flush=True)
         finally:
             for commit, tree in trees:
-                if tree != REPO:
+                if tree != REPO and commit != MYPYC:
                     subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO,
                                    capture_output=True)
     text = table(["commit", "kind", "workload", "events", "k instructions/event", "vs first",

@@ -83,7 +83,7 @@ class DecayingBloom:
         self._cells = cells
         # scalar reads and writes through a memoryview: a document touches k (7) cells, and numpy's
         # fancy indexing and small-array arithmetic cost more per call than the whole filter's work
-        self._view = memoryview(cells)
+        self._view = cells.data
 
     # digests are already uniform 128-bit hashes: Kirsch-Mitzenmacher double hashing on them
     def _positions(self, digest: bytes) -> list[int]:

@@ -11,7 +11,7 @@ recomputed twice in a row.
 """
 from __future__ import annotations
 
-from typing import Callable, Generic, Hashable, Iterable, TypeVar
+from typing import Any, Callable, Generic, Hashable, Iterable, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -48,7 +48,7 @@ class GenerationalCache(Generic[K, V]):
     def get_many(self, keys: Iterable[K]) -> list[V]:
         """``get`` of each key; when all are young, one ``map`` over ``dict.get`` and no Python call each."""
         keys = keys if isinstance(keys, list) else list(keys)
-        vals = list(map(self.young.get, keys))
+        vals: list[Any] = list(map(self.young.get, keys))
         if None in vals:
             miss = self.miss
             vals = [v if v is not None else miss(k) for v, k in zip(vals, keys)]

@@ -113,9 +113,12 @@ def validate(event: dict, default_ts: int | None = None, limits: Limits = Limits
     _str_field(event, "title")
     _str_field(event, "url")
     _str_field(event, "source")
-    if text is None and html is None:
+    if text is not None:
+        body, kind = text, "text"
+    elif html is not None:
+        body, kind = html, "html"
+    else:
         raise Rejected("missing_text", "the event has neither text nor html")
-    body, kind = (text, "text") if text is not None else (html, "html")
     if len(body) > limits.max_chars:
         raise Rejected("oversized", f"{len(body)} chars > {limits.max_chars}")
     ts = event.get("ts")

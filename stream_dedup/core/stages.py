@@ -291,7 +291,7 @@ class ToDecide(_Wire):
                 self.rank, self.member, self.snippet or None]
 
     def _json(self) -> bytes:
-        d = {"t": self.kind, "id": self.id, "ts": self.ts, "c": self.cand.to_list() if self.cand else None,
+        d: dict[str, Any] = {"t": self.kind, "id": self.id, "ts": self.ts, "c": self.cand.to_list() if self.cand else None,
              "n": self.expected, "p": self.part}
         if self.rank is not None:
             d["r"] = self.rank
@@ -335,7 +335,7 @@ class Preparer:
         it took."""
         t0 = time.perf_counter()
         self.tokenizer.words("预热分词词典")
-        samples: list[tuple[dict, int | None]] = [
+        samples: list[tuple[bytes | str | dict, int | None]] = [
             ({"id": "warm-text", "text": "預熱：載入分詞詞典與繁簡轉換表，讓第一批文件不必等待。", "ts": 1}, None)]
         if html:
             samples.append(({"id": "warm-html", "ts": 1,

@@ -125,10 +125,11 @@ class DocState:
 
     # --- persistence (decide's state store / changelog)
     def to_json(self) -> dict[str, Any]:
-        d = {"id": self.id, "ts": self.ts, "expected": self.expected, "answered": sorted(self.answered),
-             "exact": self.exact.to_list() if self.exact else None,
-             "near": self.near.to_list() if self.near else None, "revision": self.revision,
-             "emitted": list(self.emitted) if self.emitted else None}
+        d: dict[str, Any] = {
+            "id": self.id, "ts": self.ts, "expected": self.expected, "answered": sorted(self.answered),
+            "exact": self.exact.to_list() if self.exact else None,
+            "near": self.near.to_list() if self.near else None, "revision": self.revision,
+            "emitted": list(self.emitted) if self.emitted else None}
         if self.rank is not None:
             d["rank"] = self.rank
         if self.members or self.extra:
