@@ -27,10 +27,10 @@ and ``Preparer.prepare_many``, so older commits run them too). ``MYPYC`` is the 
 package copied aside with the core's busiest modules (``COMPILED``) compiled by mypyc, from their
 type hints, into C extensions: what a typed, compiled core would save, without a rewrite (needs
 the bench extra's mypy and a C compiler; about a minute to build). It is a measurement only: the
-project ships and runs the pure-Python modules (bench/TARGETS.md says why). The table also gives the events/s
-of the same workload run natively now (the N - 1 events after the first, median of --repeat runs)
-and what the two make together: the instructions per second the machine gave this process in
-this hour, the figure that moves.
+project ships and runs the pure-Python modules (bench/TARGETS.md says why). The table also gives
+the events/s of the same workload run natively now (the N - 1 events after the first, median of
+--repeat runs) and what the two make together: the instructions per second the machine gave this
+process in this hour, the figure that moves.
 
 Needs Valgrind (``apt-get install valgrind``); under it the workloads run about 25x slower (a run of
 2,000 SMS: about 30 s; the default two commits, both kinds and both workloads: under 10 minutes).

@@ -291,8 +291,8 @@ class ToDecide(_Wire):
                 self.rank, self.member, self.snippet or None]
 
     def _json(self) -> bytes:
-        d: dict[str, Any] = {"t": self.kind, "id": self.id, "ts": self.ts, "c": self.cand.to_list() if self.cand else None,
-             "n": self.expected, "p": self.part}
+        d: dict[str, Any] = {"t": self.kind, "id": self.id, "ts": self.ts,
+                             "c": self.cand.to_list() if self.cand else None, "n": self.expected, "p": self.part}
         if self.rank is not None:
             d["r"] = self.rank
         if self.member is not None:
