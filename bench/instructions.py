@@ -9,7 +9,10 @@ The number of instructions the CPU executes for the same events does not depend 
 machine runs. It is not exact either: two runs of the script on the same code gave counts up to
 2.5 % apart, so differences under about 3 % are not resolved (rates move up to 3x). The cause is
 not pinned down; Python's hash order is one candidate (fixed here since: PYTHONHASHSEED=0), and
-threads whose work depends on timing (RocksDB's, counted by Valgrind too) another.
+threads whose work depends on timing (RocksDB's, counted by Valgrind too) another. That spread is
+in millions of instructions per run, not per event, so it needs the default sizes: with
+``--events 200`` two runs of the same SMS code gave 498 and 529 thousand per event, and the
+MYPYC build 432 and 532, which is noise, not a measurement.
 Valgrind's cachegrind tool counts the instructions (``I refs``, with the cache
 simulation off); the events run once with N events and once with 1, and the difference over N - 1
 is the cost of an event, without the interpreter's start-up, the imports and the first loads (the
