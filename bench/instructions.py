@@ -171,7 +171,8 @@ def main() -> None:
     rows, runs = [], []
     base: dict[tuple[str, str], float] = {}
     with tempfile.TemporaryDirectory(prefix="stream-dedup-instr-") as tmp:
-        trees = []
+        trees: list[tuple[str, Path]] = []
+        worktrees: list[Path] = []  # the git worktrees made here, removed at the end
         try:
             for i, commit in enumerate(a.commits):
                 if commit == WORKTREE:
@@ -179,7 +180,8 @@ def main() -> None:
                 elif commit == MYPYC:
                     trees.append((commit, compiled_copy(Path(tmp) / f"tree{i}")))
                 else:
-                    trees.append((commit, checkout(commit, Path(tmp) / f"tree{i}")))
+                    worktrees.append(checkout(commit, Path(tmp) / f"tree{i}"))
+                    trees.append((commit, worktrees[-1]))
             for commit, tree in trees:
                 subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "stream_dedup")], check=True)
                 env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
@@ -201,10 +203,8 @@ def main() -> None:
                                      "at": time.strftime("%H:%M", time.gmtime(t0))})
                         print(rows[-1], flush=True)
         finally:
-            for commit, tree in trees:
-                if tree != REPO and commit != MYPYC:
-                    subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO,
-                                   capture_output=True)
+            for tree in worktrees:
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, capture_output=True)
     text = table(["commit", "kind", "workload", "events", "k instructions/event", "vs first",
                   "events/s now", "G instructions/s now"], rows)
     save("instructions", {"runs": runs, "args": vars(a)}, text)
