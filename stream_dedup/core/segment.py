@@ -56,7 +56,7 @@ class JiebaRs:
             self._rj = rjieba.Jieba()
             self.load_userdict(user_dict)
         else:  # rjieba builds a default instance on import (0.09 s): use it rather than build another
-            self._rj = rjieba.cut.__self__
+            self._rj = rjieba.cut.__self__  # type: ignore[attr-defined]  # the bound method's instance
         self._cut, self._is_word = self._rj.cut, self._rj.has_word
 
     def load_userdict(self, path: str | Path) -> None:
@@ -69,7 +69,10 @@ class JiebaRs:
                     raise ValueError(f"dictionary file {path} must be utf-8 (line {n})") from None
                 if not line:
                     continue
-                word, freq, tag = _USER_LINE.match(line).groups()
+                m = _USER_LINE.match(line)
+                if m is None:
+                    raise ValueError(f"dictionary file {path}: line {n} is not 'word [freq] [tag]'")
+                word, freq, tag = m.groups()
                 self._rj.add_word(word, int(freq) if freq else None, tag.strip() if tag else None)
 
     def _han(self, block: str) -> tuple[list[str], set[str]]:

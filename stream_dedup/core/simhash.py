@@ -136,6 +136,7 @@ class BandScheme:
 
     @classmethod
     def make(cls, k: int, style: Literal["4x16", "5c2"]) -> "BandScheme":
+        groups: tuple[tuple[int, ...], ...]
         if style == "4x16":
             blocks = split_blocks(k + 1)
             groups = tuple((i,) for i in range(k + 1))
