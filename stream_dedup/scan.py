@@ -192,7 +192,7 @@ class FilePreparers:
         # the first process loads what preparing needs (the segmenter's dictionary, 0.1 s) while this
         # one opens the stores, and forks the next, and so on (_file_worker): judging never segments
         # (the n-gram payload carries its words)
-        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")
         pipes = [ctx.Pipe(duplex=False) for _ in range(jobs)]
         self.conns = [recv for recv, _ in pipes]
         sends = [send for _, send in pipes]
@@ -400,17 +400,18 @@ def _run_scan(settings: Settings, input_path: str, out_path: str, *, state_dir: 
         out = _stdout_bytes() if out_path == "-" else open(out_path, "wb")
         try:
             for ident in order:
-                v = engine.verdict(ident)
-                assert v is not None
+                final = engine.verdict(ident)
+                if final is None:  # every judged document keeps its verdict: a broken engine, not bad input
+                    raise RuntimeError(f"no verdict kept for document {ident!r}")
                 summary.docs += 1
-                if v.verdict == "unique":
+                if final.verdict == "unique":
                     summary.unique += 1
-                elif v.match == "exact":
+                elif final.match == "exact":
                     summary.exact += 1
                 else:
                     summary.near += 1
-                    summary.by_detector[v.detector or "?"] += 1
-                out.write(json_record(v.to_dict()) + b"\n")
+                    summary.by_detector[final.detector or "?"] += 1
+                out.write(json_record(final.to_dict()) + b"\n")
         finally:
             if out_path == "-":
                 out.flush()

@@ -126,7 +126,7 @@ def pack_batches(items: list[bytes], max_bytes: int = BATCH_MAX_BYTES) -> list[b
             for r in byte_slices([len(e) for e in els], max_bytes - 5)]
 
 
-def unpack_batch(message: bytes) -> list[Any]:
+def unpack_batch(message: bytes | None) -> list[Any]:
     """The items of a batch message, each a decoded MessagePack array (a list) or the bytes of a
     JSON item; the message classes' ``from_item`` read either. A batch of an earlier version
     (newline-separated JSON items) gives its items' bytes."""

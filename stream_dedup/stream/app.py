@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import logging
 import os
@@ -30,11 +31,11 @@ import time
 import weakref
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator, MutableMapping, Protocol, cast
 
 import faust
-from faust.streams import _current_event, current_event
-from faust.types import TP
+from faust.streams import Stream, _current_event, current_event
+from faust.types import TP, EventT, Message, StreamT
 
 from .. import collector
 from ..config import Settings
@@ -49,7 +50,7 @@ from ..core.verdict import json_record
 from ..kafka_io import client_config
 from .changelog import BulkSender, Record, TableMapping
 from .credentials import faust_credentials
-from .gaps import GapFiller, confluent_committed, confluent_fetch
+from .gaps import GapFiller, Msg, confluent_committed, confluent_fetch
 from . import drain, heap, rocks
 from .metrics import Metrics
 from .watchdog import EXIT_STALLED, ChangelogIdleFilter, StallDetector, nudge_target
@@ -69,6 +70,30 @@ def hold(batch: list) -> None:
     """
     for ev, _ in batch:
         ev.message.acked = True
+
+
+class ConsumerInternals(Protocol):
+    """What the worker uses of Faust's consumer (faust-streaming 0.15) beyond its declared type:
+    the private offsets and fetch sets that gap filling, the stall watchdog and its nudge read.
+    Named here, in one place, so that a Faust upgrade's review knows what to check."""
+
+    _read_offset: MutableMapping[TP, int | None]
+    _committed_offset: MutableMapping[TP, int | None]
+    _paused_partitions: set[TP]
+    _buffered_partitions: set[TP]
+    flow_active: bool
+
+    def _get_active_partitions(self) -> set[TP]: ...
+    def assignment(self) -> set[TP]: ...
+    async def highwaters(self, *partitions: TP) -> MutableMapping[TP, int]: ...
+    def highwater(self, tp: TP) -> int: ...
+    async def seek(self, partition: TP, offset: int) -> None: ...
+    def on_buffer_drop(self, tp: TP) -> None: ...
+    def resume_partitions(self, partitions: set[TP]) -> None: ...
+
+
+def internals(consumer: Any) -> ConsumerInternals:
+    return cast(ConsumerInternals, consumer)
 
 
 def highwater(consumer: Any, tp: TP) -> int | None:
@@ -111,7 +136,7 @@ def _fetch_wait_from_settings() -> None:
         return consumer
 
     create_worker_consumer.stream_dedup = True  # type: ignore[attr-defined]
-    AIOKafkaConsumerThread._create_worker_consumer = create_worker_consumer
+    AIOKafkaConsumerThread._create_worker_consumer = create_worker_consumer  # type: ignore[method-assign]
 
 
 _fetch_wait_from_settings()
@@ -211,7 +236,8 @@ def build_app(settings: Settings) -> faust.App:
     window = settings.engine.window_ms
     # the tables' changelog records go out in one record batch per partition per agent batch
     # (stream/changelog.py); under exactly-once, Faust's per-message path keeps them in its transactions
-    bulk = (lambda: app.producer._ensure_producer()) if w.processing_guarantee == "at_least_once" else None
+    # aiokafka's producer under Faust's (private: Faust's producer type does not declare it)
+    bulk = (lambda: cast(Any, app.producer)._ensure_producer()) if w.processing_guarantee == "at_least_once" else None
     sender = BulkSender(bulk) if bulk is not None else None
     exact_map, index_map, decide_map = (TableMapping(t_, bulk, sender) for t_ in (exact_t, index_t, decide_t))
     exact_by_part: dict[int, ExactStore] = {}
@@ -229,7 +255,7 @@ def build_app(settings: Settings) -> faust.App:
     prepare_s, exact_s, index_s, decide_s = (metrics.stage(x) for x in ("prepare", "exact", "index", "decide"))
     stall_state: dict[str, Any] = {"stalled": None}
     pending: dict[str, tuple[float, int]] = {}  # doc id -> (first seen, answers partition)
-    stalls = StallDetector(w.stall_timeout_s, nudge_s=w.stall_nudge_s)
+    stalls: StallDetector[TP] = StallDetector(w.stall_timeout_s, nudge_s=w.stall_nudge_s)
 
     def filled(topic_name: str, k: int) -> None:
         counts["gap.refetched"] += k
@@ -265,7 +291,8 @@ def build_app(settings: Settings) -> faust.App:
 
     stopping: list[bool] = []  # set once the app begins to stop (the consumer has stopped)
 
-    @app.on_before_shutdown.connect
+    # (mode's signal handler type matches no function, not even one of its own signature)
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def quiesce(sender: Any, **kwargs: Any) -> None:
         """Stop writing once shutdown begins.
 
@@ -276,8 +303,8 @@ def build_app(settings: Settings) -> faust.App:
         """
         stopping.append(True)
 
-    @app.on_partitions_revoked.connect
-    async def forget_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def forget_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
         """Drop the Bloom filters of exact partitions that leave this worker, and their gap positions.
 
         While a partition is away, its new owner adds digests to the table; a filter kept from
@@ -342,7 +369,7 @@ def build_app(settings: Settings) -> faust.App:
             if app.rebalancing or stopping:
                 gaps.tails.reset()
                 return
-            consumer = app.consumer
+            consumer = internals(app.consumer)
             now = time.monotonic()
             idle = {t for t in stream_topics if t not in busy and now - batch_done.get(t, 0.0) >= 1.0}
             reads = {(tp.topic, tp.partition): (consumer._read_offset.get(tp), consumer._committed_offset.get(tp),
@@ -354,15 +381,16 @@ def build_app(settings: Settings) -> faust.App:
                 counts["gap.tail_rereads"] += 1
                 await consumer.seek(TP(topic, part), offset)
 
-    async def batches(stream):
+    async def batches(stream: StreamT) -> AsyncIterator[list[tuple[EventT, Message | Msg]]]:
         """The stream in batches of (event, message), each message preceded by any the stream skipped.
 
         A batch is acked (and later committed) only after the agent's loop body is done with it.
         """
-        async for events in stream.take_events(w.batch_max, within=w.batch_within_s):
+        # (Faust's Stream: the abstract StreamT that agents are typed with does not declare take_events)
+        async for events in cast(Stream, stream).take_events(w.batch_max, within=w.batch_within_s):
             topic = events[0].message.topic if events else ""
             busy.add(topic)
-            out = []
+            out: list[tuple[EventT, Message | Msg]] = []
             for ev in events:
                 msg = ev.message
                 if gaps is not None:
@@ -409,7 +437,7 @@ def build_app(settings: Settings) -> faust.App:
         return _Under(event, worked)
 
     @app.agent(pages)
-    async def prepare(stream):
+    async def prepare(stream: StreamT) -> None:
         async for whole in batches(stream):
             raws = [(msg.value if msg.value is not None else b"", msg.timestamp and int(msg.timestamp * 1000))
                     for _, msg in whole]
@@ -470,7 +498,7 @@ def build_app(settings: Settings) -> faust.App:
         index_map.discard()
 
     @app.agent(probes)
-    async def index(stream):
+    async def index(stream: StreamT) -> None:
         """The exact check and the probes of the band keys, on the partitions they are routed to."""
         async for batch in batches(stream):
             out: dict = {}
@@ -511,7 +539,7 @@ def build_app(settings: Settings) -> faust.App:
             await index_map.send()
 
     @app.agent(answers)
-    async def decide_agent(stream):
+    async def decide_agent(stream: StreamT) -> None:
         async for batch in batches(stream):
             out: dict = {}
             records: dict = {}  # topic -> [(key, value)]: verdicts, unique / duplicate, clusters
@@ -578,12 +606,12 @@ def build_app(settings: Settings) -> faust.App:
                 stall_exit(f"rebalance/recovery has not finished in {now - rebalancing_since[0]:.0f} s")
             return
         rebalancing_since.clear()
-        consumer = app.consumer
+        consumer = internals(app.consumer)
         tps = [tp for tp in consumer.assignment() if tp.topic in stream_topics]
         if not tps or not (w.stall_timeout_s or w.stall_nudge_s):
             return
         ends = await consumer.highwaters(*tps)
-        positions = {}
+        positions: dict[TP, tuple[int | None, int | None]] = {}
         for tp in tps:
             read = consumer._read_offset.get(tp)
             positions[tp] = (read + 1 if read is not None else consumer._committed_offset.get(tp), ends.get(tp))
@@ -603,10 +631,11 @@ def build_app(settings: Settings) -> faust.App:
         """The first remedy for a stalled partition (see ``watchdog``): put it back in Faust's fetch
         set and seek it to the first offset not yet processed here. Idempotent stages make a
         re-read harmless; the log line records which of Faust's sets held the partition."""
-        consumer = app.consumer
+        consumer = internals(app.consumer)
         last = gaps.tracker.last.get((tp.topic, tp.partition)) if gaps is not None else None
         known = (pos, None if last is None else last + 1, committed_offset(tp.topic, tp.partition))
-        ask = (lambda: gaps.committed(tp.topic, tp.partition)) if gaps is not None and gaps.committed else None
+        committed = gaps.committed if gaps is not None else None
+        ask = functools.partial(committed, tp.topic, tp.partition) if committed is not None else None
         target, source = await asyncio.get_running_loop().run_in_executor(None, nudge_target, known, ask)
         view = {"active": tp in consumer._get_active_partitions(), "paused": tp in consumer._paused_partitions,
                 "buffer_full": tp in consumer._buffered_partitions, "flow": consumer.flow_active,

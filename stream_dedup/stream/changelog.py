@@ -46,6 +46,7 @@ log = logging.getLogger("stream_dedup.worker")
 
 
 Record = tuple[bytes | None, bytes | None]  # key, value (None: a tombstone)
+Write = tuple[bytes, bytes | None]  # a table's key and its new value (None: deleted)
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ class BulkSender:
             tp = TopicPartition(topic, part)
             batch, last = None, -1
             for key, value in recs:
-                queue = None
+                queue: Any = None  # the accumulator's open batches of tp
                 if not acc._closed and acc._exception is None:
                     # an open batch, or a new one as add_message would open it
                     queue = acc._batches.get(tp) or (acc._append_batch(acc.create_builder(), tp),)
@@ -156,7 +157,7 @@ class TableMapping(MutableMapping):
         self.table = table
         self.producer = producer
         self.sender = sender if sender is not None or producer is None else BulkSender(producer)
-        self.queued: dict[int, list[tuple[bytes, bytes | None]]] = {}  # table partition -> changelog records
+        self.queued: dict[int, list[Write]] = {}  # table partition -> changelog records
 
     @staticmethod
     def _partition() -> int:
@@ -189,12 +190,12 @@ class TableMapping(MutableMapping):
         self.queued.setdefault(part, []).append((key, value))
 
     @property
-    def write_many(self) -> Callable[[int, list[Record]], None] | None:
+    def write_many(self) -> Callable[[int, list[Write]], None] | None:
         """``store.WriteBack.flush``'s bulk write: None on Faust's own path (exactly once), where a
         write must happen under its event."""
         return None if self.producer is None else self._write_many
 
-    def _write_many(self, partition: int, items: list[Record]) -> None:
+    def _write_many(self, partition: int, items: list[Write]) -> None:
         """Write a partition's (key, value or None to delete) in one RocksDB batch and queue their
         changelog records (a tombstone per delete) in the same order."""
         batch = rocksdict.WriteBatch(raw_mode=True)

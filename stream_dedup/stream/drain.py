@@ -138,7 +138,7 @@ def install() -> None:
     from faust.transport.consumer import Consumer
 
     if not getattr(Consumer.wait_first, "stream_dedup", False):
-        Consumer.wait_first = fast_wait_first(Consumer.wait_first)
+        Consumer.wait_first = fast_wait_first(Consumer.wait_first)  # type: ignore[method-assign]
     try:
         from faust._cython import streams as cython_streams
     except ImportError:

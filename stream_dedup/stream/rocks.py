@@ -61,7 +61,8 @@ class BoundedOptions(faust_rocksdb.RocksDBOptions):
     def as_options(self) -> rocksdict.Options:
         opts = rocksdict.Options(raw_mode=True)
         opts.create_if_missing(True)
-        opts.set_max_open_files(self.max_open_files)
+        # None: Faust found no limit on open files (RLIM_INFINITY); -1 is RocksDB's "no limit"
+        opts.set_max_open_files(-1 if self.max_open_files is None else self.max_open_files)
         opts.set_write_buffer_size(self.write_buffer_size)
         opts.set_max_write_buffer_number(self.max_write_buffer_number)
         opts.set_target_file_size_base(self.target_file_size_base)
@@ -91,7 +92,7 @@ class BoundedOptions(faust_rocksdb.RocksDBOptions):
         db.set_read_options(rocksdict.ReadOptions())
         if not self.wal:
             writes = rocksdict.WriteOptions()
-            writes.disable_wal = True
+            writes.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; the stub says method
             db.set_write_options(writes)
         return db
 

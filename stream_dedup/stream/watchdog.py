@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Generic, Hashable, Iterable, TypeVar
 
 EXIT_STALLED = 75  # EX_TEMPFAIL: "try again", which is what a restart does
 
 log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)  # a partition: Faust's TP in the worker, anything hashable in tests
 
 
 def nudge_target(known: Iterable[int | None], ask: Callable[[], int] | None) -> tuple[int | None, str]:
@@ -58,20 +60,20 @@ class _Seen:
 
 
 @dataclass
-class StallDetector:
+class StallDetector(Generic[K]):
     """Per partition: the read offset and when it last changed; stalled = lag > 0 and no change for long."""
 
     timeout_s: float
     nudge_s: float = 0.0  # 0: no nudge, only the restart
-    seen: dict[object, _Seen] = field(default_factory=dict)
+    seen: dict[K, _Seen] = field(default_factory=dict)
 
     def reset(self, now: float) -> None:
         """Forget progress history (after a rebalance: every partition gets a fresh grace period)."""
         for s in self.seen.values():
             s.since, s.nudged = now, False
 
-    def observe(self, now: float, positions: dict[object, tuple[int | None, int | None]],
-                worked: frozenset | set = frozenset()) -> list[tuple[object, int, float]]:
+    def observe(self, now: float, positions: dict[K, tuple[int | None, int | None]],
+                worked: frozenset[K] | set[K] = frozenset()) -> list[tuple[K, int, float]]:
         """``positions``: tp -> (next offset to read or None, log end offset or None); ``worked``: the
         partitions whose messages the agents processed since the last call.
 
@@ -81,7 +83,7 @@ class StallDetector:
         for tp in list(self.seen):
             if tp not in positions:
                 del self.seen[tp]
-        stalled = []
+        stalled: list[tuple[K, int, float]] = []
         for tp, (pos, end) in positions.items():
             s = self.seen.get(tp)
             if s is None or s.offset != pos or tp in worked:
@@ -96,12 +98,12 @@ class StallDetector:
                 stalled.append((tp, lag, idle))
         return stalled
 
-    def to_nudge(self, now: float) -> list[object]:
+    def to_nudge(self, now: float) -> list[K]:
         """Partitions that have had lag and no progress for ``nudge_s`` (as of the last ``observe``),
         each once per stall: a nudge that works shows as progress, which starts a new episode."""
         if not self.nudge_s:
             return []
-        out = []
+        out: list[K] = []
         for tp, s in self.seen.items():
             idle = now - s.since
             if not s.nudged and idle >= self.nudge_s and (not self.timeout_s or idle < self.timeout_s):

@@ -156,3 +156,14 @@ def test_without_the_wal_writes_append_nothing_to_a_log_file_and_a_clean_close_k
         db = opts.open(path)
         assert sum(db.get(b"k%d" % i) is not None for i in range(500)) == 500
         db.close()
+
+
+def test_a_machine_with_no_open_files_limit_still_opens_the_databases(tmp_path):
+    # Faust sets max_open_files to None where the platform reports no limit (RLIM_INFINITY), and
+    # rocksdict refuses None: the store would not open at all there
+    opts = BoundedOptions(write_buffer_size=4 * MB, budget=Budget.of(16 * MB))
+    opts.max_open_files = None  # what the class default is on such a machine (a None argument keeps the default)
+    db = opts.open(tmp_path / "t.db")
+    db[b"k"] = b"v"
+    assert db[b"k"] == b"v"
+    db.close()
