@@ -96,7 +96,7 @@ def internals(consumer: Any) -> ConsumerInternals:
     return cast(ConsumerInternals, consumer)
 
 
-def highwater(consumer: Any, tp: TP) -> int | None:
+def highwater(consumer: ConsumerInternals, tp: TP) -> int | None:
     """The partition's end offset as of the consumer's last fetch (no request), None if unknown."""
     try:
         return consumer.highwater(tp)
