@@ -6,6 +6,8 @@ per occurrence takes the hash out of the hot path. The cache keeps two bounded g
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import mmh3
 import numpy as np
 
@@ -75,6 +77,53 @@ def shingle_hashes_many(texts: list[str], n: int) -> list[np.ndarray]:
         out.append(h[start:start + length - n + 1] if length >= n else shingle_hashes(t, n))
         start += length
     return out
+
+
+_M64 = (1 << 64) - 1
+# up to this many characters ``shingle_hashes_list`` (plain ints) beats the dozen NumPy calls of
+# ``shingle_hashes``: an n-gram detector's keys (4-grams hashed, then winnowed) cost the same both
+# ways at about 64 characters, and a 32-character SMS's 37 µs against 75 (2026-11-28, bench/HISTORY.md,
+# twenty-fourth stop)
+SHORT_TEXT = 56
+
+
+def shingle_hashes_list(text: str, n: int, mask: int = _M64) -> list[int]:
+    """``shingle_hashes`` in plain Python ints, equal value for value (``& mask``), for one short text.
+
+    Why: a text judged alone (``Engine.process``, the Python API) has no batch to spread NumPy's
+    fixed cost over, and for an SMS those calls were the largest part of its sketch. The window
+    polynomial rolls (drop the outgoing character's term, shift, add the incoming one), mod 2^64
+    as NumPy's uint64 wraps; the "+1" NumPy adds to each code point is one constant per window."""
+    codes = [ord(c) for c in text]  # a lone surrogate is its code unit, as the UTF-32 'surrogatepass' view
+    if not codes:
+        return []
+    n = min(n, len(codes))
+    p = int(_P)
+    top, ones = _window_constants(n)
+    h = 0
+    for c in codes[:n]:
+        h = (h * p + c) & _M64
+    windows = [h]
+    for gone, new in zip(codes, codes[n:]):
+        h = ((h - gone * top) * p + new) & _M64
+        windows.append(h)
+    mix1, mix2 = int(_MIX1), int(_MIX2)
+    out = []
+    for x in windows:
+        x = (x + ones) & _M64
+        x ^= x >> 30
+        x = (x * mix1) & _M64
+        x ^= x >> 27
+        x = (x * mix2) & _M64
+        out.append((x ^ (x >> 31)) & mask)
+    return out
+
+
+@lru_cache(maxsize=64)
+def _window_constants(n: int) -> tuple[int, int]:
+    """P^(n-1) (the outgoing character's weight) and 1 + P + ... + P^(n-1) (the "+1"s), mod 2^64."""
+    p = int(_P)
+    return pow(p, n - 1, 1 << 64), sum(pow(p, k, 1 << 64) for k in range(n)) & _M64
 
 
 def _code_points(text: str) -> np.ndarray:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from stream_dedup.config import Settings
-from stream_dedup.core.detectors.ngram import winnow, winnow_many
-from stream_dedup.core.hashing import shingle_hashes, shingle_hashes_many
+from stream_dedup.core.detectors.ngram import SMALL_BATCH, winnow, winnow_list, winnow_many
+from stream_dedup.core.hashing import SHORT_TEXT, shingle_hashes, shingle_hashes_list, shingle_hashes_many
 from stream_dedup.core.minhash import MinHasher, jaccard_estimate
 from stream_dedup.core.stages import Preparer
 
@@ -124,6 +124,38 @@ def test_batched_shingles_and_winnowing_equal_each_text_alone():
         offsets = np.cumsum([0] + sizes)
         assert winnow_many(cat, sizes, w) == [_winnow_one_by_one(cat[o:o + s], w) for o, s in zip(offsets, sizes)]
     assert winnow_many(np.zeros(0, dtype=np.uint64), [], 4) == []
+
+
+def test_plain_int_shingles_and_winnowing_equal_numpys():
+    """A short text judged alone is hashed and winnowed in plain ints: the keys must be NumPy's bit
+    for bit, or a document judged alone would miss its copies judged in a batch (and the stored
+    buckets of every earlier version). Real SMS, every prefix length, astral and lone surrogates."""
+    rng = np.random.default_rng(11)
+    texts = [SAMPLE[k]["text"] for k in SAMPLE if k.startswith("sms")]
+    texts += ["", "短", "一二", "一二三四", "\U0001F600表情\ud800孤立代理", "ＦＵＬＬ全角１２３"]
+    texts += [t[:k] for t in texts[:3] for k in range(0, SHORT_TEXT + 2)]
+    for text in texts:
+        for n in (1, 2, 4, 5):
+            assert shingle_hashes_list(text, n) == shingle_hashes(text, n).tolist(), (text, n)
+    for _ in range(300):
+        h = rng.integers(0, int(rng.choice([4, 1 << 62])), size=rng.integers(0, 40), dtype=np.uint64)  # ties too
+        w = int(rng.integers(1, 14))
+        assert winnow_list(h.tolist(), w) == _winnow_one_by_one(h, w) == winnow(h, w)
+
+
+def test_ngram_keys_alone_take_the_plain_path_below_short_text_and_equal_the_batch(prep):
+    ng = det(prep, "ngram")
+    texts = [SAMPLE[k]["text"] for k in SAMPLE if k.startswith("sms")]
+    docs = [doc(prep, t, f"s{i}") for i, t in enumerate(texts)]
+    short = [d for d in docs if 0 < len(ng.skeleton(d)) <= SHORT_TEXT]
+    assert len(short) >= 3  # the plain path is exercised
+    alone = [ng.keys(d) for d in docs]
+    assert len(texts) >= SMALL_BATCH  # one batch through winnow_many
+    for size in (len(texts), SMALL_BATCH - 1, 1):  # and batches keyed text by text
+        batch = [doc(prep, t, f"s{i}") for i, t in enumerate(texts)]
+        for i in range(0, len(batch), size):
+            ng.prefetch(batch[i:i + size])
+        assert [ng.keys(d) for d in batch] == alone
 
 
 def test_ngram_keys_of_a_batch_equal_keys_alone(prep):
