@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 _KEY_MASK = (1 << 62) - 1
 # fewer texts than this are keyed one by one: an SMS's keys cost ~54 µs in a batch of 4, ~17 in a
-# batch of 12 and ~36 alone in plain ints (2026-11-28); a steady trickle of input brings batches of a few
+# batch of 12 and 25-45 alone (2026-11-28); a steady trickle of input brings batches of a few
 SMALL_BATCH = 8
 _COUNT = struct.Struct(">H")
 
@@ -59,9 +59,16 @@ def winnow(hashes: np.ndarray, w: int) -> list[int]:
         return []
     if hashes.size <= w:
         return [int(hashes.min())]
-    windows = np.lib.stride_tricks.sliding_window_view(hashes, w)
-    pos = windows.argmin(axis=1) + np.arange(windows.shape[0])
-    return [int(x) for x in hashes[np.unique(pos)]]
+    # the window view by its strides (``sliding_window_view``'s checks cost more than the arg-min
+    # of a short text), and repeats dropped as neighbours (positions never move left) instead of
+    # sorted away by ``np.unique``: 12-25 µs instead of 38-55 for a text of 60-300 grams
+    step = hashes.strides[0]
+    pos = np.lib.stride_tricks.as_strided(hashes, (hashes.size - w + 1, w), (step, step)).argmin(axis=1)
+    pos += np.arange(pos.size)
+    keep = np.empty(pos.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(pos[1:], pos[:-1], out=keep[1:])
+    return hashes[pos[keep]].tolist()
 
 
 def winnow_list(hashes: list[int], w: int) -> list[int]:
@@ -159,7 +166,7 @@ class NgramDetector(Detector):
 
     def prefetch(self, docs: "list[Doc]") -> None:
         """The keys of the whole batch in one pass (``winnow_many``): an SMS's keys cost ~4 µs in a
-        batch of 1,024, ~36 alone (a batch smaller than ``SMALL_BATCH`` is keyed text by text)."""
+        batch of 1,024, 25-45 alone (a batch smaller than ``SMALL_BATCH`` is keyed text by text)."""
         for d, keys in zip(docs, self._keys_many([self.skeleton(d) for d in docs])):
             d.cache[self._cache_key] = keys
 
