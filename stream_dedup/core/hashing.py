@@ -80,11 +80,6 @@ def shingle_hashes_many(texts: list[str], n: int) -> list[np.ndarray]:
 
 
 _M64 = (1 << 64) - 1
-# up to this many characters ``shingle_hashes_list`` (plain ints) beats the dozen NumPy calls of
-# ``shingle_hashes``: an n-gram detector's keys (4-grams hashed, then winnowed) cost the same both
-# ways at 36-40 characters, a 24-character SMS's 25 µs against 41 (2026-11-28, bench/HISTORY.md,
-# twenty-fourth stop); 62 % of the benchmark's SMS skeletons are this short
-SHORT_TEXT = 36
 
 
 def shingle_hashes_list(text: str, n: int, mask: int = _M64) -> list[int]:
