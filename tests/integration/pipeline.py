@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -100,6 +101,30 @@ class Workers:
             lines = [x[:400] for x in f.read_text(errors="replace").splitlines()
                      if x.startswith("[") and not any(n in x for n in self.NOISE)]
             out.append(f"--- {f.name}\n" + "\n".join(lines[-tail:]))
+        return "\n".join(out)
+
+    NOTABLE = ("assigned partitions", "Revoking", "revoked", "not seen here", "skipped offsets", "Restor",
+               "stall", "exit")
+    CHATTER = ("Unable connect to node", "Unable to update metadata", "Failed fetch messages",
+               "Group Coordinator Request failed", "Heartbeat", "coordinator", "Connect to ipv4")
+
+    def notable(self, limit: int = 40) -> str:
+        """Per worker: its warnings, errors and rebalance steps over the whole run, each distinct
+        message once with its count and first time (a fault's window, which the log's tail has
+        scrolled past by the time a convergence check fails), without the broker's connection
+        chatter while it is down."""
+        out = [f"restarts: {self.restarts}"]
+        for f in sorted(self.root.glob("*.log")):
+            seen: dict[str, list] = {}
+            for x in f.read_text(errors="replace").splitlines():
+                m = re.match(r"\[[\d-]+ ([\d:,]+)\] \[\d+\] \[(\w+)\] (.*)", x)
+                if m is None or any(n in x for n in self.NOISE + self.CHATTER):
+                    continue
+                when, level, msg = m.group(1), m.group(2), m.group(3)[:240]
+                if level in ("WARNING", "ERROR", "CRITICAL") or any(k in msg for k in self.NOTABLE):
+                    seen.setdefault(f"{level} {msg}", [when, 0])[1] += 1
+            lines = [f"{t} x{c} {m}" for m, (t, c) in list(seen.items())[:limit]]
+            out.append(f"--- {f.name} ({len(seen)} distinct)\n" + "\n".join(lines))
         return "\n".join(out)
 
 

@@ -85,7 +85,7 @@ def check(settings, events, got, dlq, workers):
     diverged = {i: (key_of(got[i]), expected[i]) for i in expected if key_of(got[i]) != expected[i]}
     # the whole verdict (revision, detector, similarity, ts) of each example: what a rare divergence needs to be traced
     assert not diverged, (f"{len(diverged)} verdicts differ from scan, e.g. (id, latest verdict, scan's key): "
-                          f"{[(i, got[i], expected[i]) for i in list(diverged)[:8]]}")
+                          f"{[(i, got[i], expected[i]) for i in list(diverged)[:8]]}\n{workers.notable()}")
     assert {d["reason"] for d in dlq} == {"not_json", "bad_utf8", "missing_id", "missing_text", "bad_text",
                                           "not_object", "bad_ts"}
     assert all(d["original_b64"] and d["offset"] is not None for d in dlq)
