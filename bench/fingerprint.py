@@ -84,6 +84,7 @@ def main() -> None:
         t_ours_mh = median_time(lambda: [hasher.signature_of_text(d.text, 5) for d in docs], a.repeat) / n
         t_peer_mh = median_time(peer_mh, a.repeat) / n
         t_peer_mh_loop = median_time(peer_mh_loop, max(1, a.repeat // 2)) / n
+
         def ng_alone():
             for d in docs:
                 d.cache.clear()
