@@ -350,3 +350,69 @@ def test_a_broker_that_does_not_answer_leaves_the_restart_as_the_remedy():
 
     target, source = nudge_target((None, None, None), down)
     assert target is None and "did not answer" in source
+
+
+def test_gap_filler_waits_out_a_loading_coordinator_and_never_crashes_the_agent_for_a_baseline():
+    """After a broker restart the committed-offset lookup fails for a while (NOT_COORDINATOR):
+    the filler asks again, and when the broker never answers it goes on without a baseline;
+    before, the exception reached the agent, which crashed with its batch acked unprocessed."""
+    import asyncio
+
+    from stream_dedup.stream.gaps import GapFiller, Msg
+
+    calls = []
+
+    def flaky(topic, partition):
+        calls.append(partition)
+        if partition == 0 and len(calls) < 3:
+            raise RuntimeError("KafkaError{code=NOT_COORDINATOR}")
+        if partition == 1:
+            raise RuntimeError("KafkaError{code=COORDINATOR_LOAD_IN_PROGRESS}")
+        return 40
+
+    fetched = []
+
+    def fetch(topic, partition, first, end):
+        fetched.append((partition, first, end))
+        return [Msg(topic, partition, o, None, b"x", None) for o in range(first, end)]
+
+    f = GapFiller(fetch, committed=flaky, committed_wait_s=1.0)  # tries at 0, 0.2 and 0.6 s
+
+    async def run():
+        return [len(await f.missing("probes", p, o)) for p, o in [(0, 43), (1, 7), (1, 8)]]
+
+    # partition 0: the third lookup answers 40, so 40-42 were skipped and are re-read; partition 1
+    # never answers: no baseline, nothing re-read, and no exception
+    assert asyncio.run(run()) == [3, 0, 0]
+    assert calls[:3] == [0, 0, 0] and set(calls[3:]) == {1} and len(calls) > 4
+    assert fetched == [(0, 40, 43)]
+
+
+def test_gap_filler_retries_a_failed_fetch_and_fails_only_after_its_wait():
+    import asyncio
+
+    import pytest
+
+    from stream_dedup.stream.gaps import GapFiller, Msg
+
+    tries = []
+
+    def fetch(topic, partition, first, end):
+        tries.append(first)
+        if len(tries) == 1:
+            raise RuntimeError("broker gone")
+        return [Msg(topic, partition, o, None, b"x", None) for o in range(first, end)]
+
+    f = GapFiller(fetch, fetch_wait_s=0.5)
+
+    async def run(p, offsets):
+        return [len(await f.missing("pages", p, o)) for o in offsets]
+
+    assert asyncio.run(run(0, (1, 4))) == [0, 2] and tries == [2, 2]
+
+    def down(topic, partition, first, end):
+        raise RuntimeError("broker gone")
+
+    f = GapFiller(down, fetch_wait_s=0.3)
+    with pytest.raises(RuntimeError):  # skipped messages are never dropped silently
+        asyncio.run(run(0, (1, 4)))
