@@ -163,6 +163,8 @@ class WorkerSettings(_Section):
                                      "(a batch of long pages would hold them for a second)")] = 262_144
     inject_delay: Annotated[str, Meta(pattern=r"^$|^(prepare|exact|index|decide):[0-9.]+:[0-9.]+$", description="fault injection for tests: 'stage:seconds:for_s' sleeps that long per item "
                               "in that stage during the first for_s seconds after start (a slow consumer)")] = ""
+    inject_failure: Annotated[str, Meta(pattern=r"^$|^(prepare|index|decide):[1-9][0-9]*$", description="fault injection for "
+                                "tests: 'stage:n' raises in that stage's n-th batch (its work done, its output not yet sent)")] = ""
     inject_stall: Annotated[bool, Meta(description="fault injection for tests: after its first batch of page events "
                                "the worker leaves its pages partitions out of Faust's fetch set (a stalled partition)")] = False
     batch_within_s: Annotated[float, Meta(gt=0, le=10, description="longest an agent waits to fill a batch (adds up to "

@@ -150,7 +150,8 @@ class GapFiller:
     test). A committed offset that cannot be had within ``committed_wait_s`` leaves the partition
     without a baseline, as before that lookup existed (only a skip at the very start of the
     assignment goes unseen); a fetch of skipped messages is retried for ``fetch_wait_s`` and then
-    fails the batch, since going on without them would lose them silently.
+    fails the batch, since going on without them would lose them silently: the worker then holds
+    the batch and exits for a restart that replays it (``guarded`` in ``app.py``).
     """
 
     def __init__(self, fetch: Fetch, max_fill: int = 10_000, on_fill: Callable[[str, int], None] | None = None,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Generic, Hashable, Iterable, TypeVar
 
 EXIT_STALLED = 75  # EX_TEMPFAIL: "try again", which is what a restart does
+EXIT_FAILED = 70  # EX_SOFTWARE: an agent raised; its batch is held and a restart replays it
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 from stream_dedup.config import Settings
@@ -128,9 +129,11 @@ class Workers:
         return "\n".join(out)
 
 
-def labelled_stream(tmp: Path, n_news: int, n_sms: int, seed: int = 11) -> list[dict]:
+def labelled_stream(tmp: Path, n_news: int, n_sms: int, seed: int = 11, clustered: bool = False) -> list[dict]:
     """Events from the project's development benchmark (built from ../shared/data), arrival order shuffled
-    against event time so that earlier documents often arrive after later ones."""
+    against event time so that earlier documents often arrive after later ones. ``clustered``: only
+    documents whose labelled cluster has copies (a short stream that is mostly duplicates; the
+    benchmark's first few hundred documents have one copy in a hundred)."""
     out = tmp / "devset"
     subprocess.run([sys.executable, str(REPO / "bench" / "build_devset.py"), "--out", str(out)], check=True,
                    capture_output=True)
@@ -138,6 +141,11 @@ def labelled_stream(tmp: Path, n_news: int, n_sms: int, seed: int = 11) -> list[
 
     def take(name: str, k: int) -> list[dict]:
         rows = [json.loads(x) for x in (out / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()]
+        if clustered:
+            labels = [json.loads(x)["cluster"] for x in (out / f"{name}_labels.jsonl").read_text(
+                encoding="utf-8").splitlines()]
+            sizes = Counter(labels)
+            rows = [r for r, c in zip(rows, labels, strict=True) if sizes[c] > 1]
         return rows[:k]
 
     events = take("news", n_news) + take("sms", n_sms)
