@@ -110,8 +110,8 @@ def _simhash_short(words: list[Features], weights: list[np.ndarray], lens: np.nd
     blocks = np.zeros(len(lens) + 1, dtype=np.int64)  # blocks[d]: document d's first block
     np.cumsum((lens + (_BLOCK - 1)) // _BLOCK, out=blocks[1:])
     firsts = blocks[:-1]
-    # word j of document d goes to slot firsts[d] * _BLOCK + j
-    slot = np.arange(stacked.size) + np.repeat(firsts * _BLOCK - (np.cumsum(lens) - lens), lens)
+    starts = firsts * _BLOCK  # document d's first slot: its word j goes to slot starts[d] + j
+    slot = np.arange(stacked.size) + np.repeat(starts - (np.cumsum(lens) - lens), lens)
     hashes = np.zeros(int(blocks[-1]) * _BLOCK, dtype=np.uint64)
     hashes[slot] = stacked
     q = np.zeros(hashes.size)
@@ -119,7 +119,7 @@ def _simhash_short(words: list[Features], weights: list[np.ndarray], lens: np.nd
     bits = np.unpackbits(hashes.view(np.uint8), bitorder="little").reshape(-1, _BLOCK, BITS)
     per_block = np.einsum("kw,kwb->kb", q.reshape(-1, _BLOCK), bits)
     ones = np.add.reduceat(per_block, firsts, axis=0)
-    half = 0.5 * np.add.reduceat(q, firsts * _BLOCK)
+    half = 0.5 * np.add.reduceat(q, starts)
     return np.packbits(ones > half[:, None], axis=1, bitorder="little").view(_U64).ravel().tolist()
 
 
