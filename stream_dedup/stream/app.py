@@ -330,28 +330,30 @@ def build_app(settings: Settings) -> faust.App:
             if tp.topic == probes.get_topic_name() and exact_by_part.pop(tp.partition, None) is not None:
                 log.info("exact partition %d revoked: its Bloom filter is dropped", tp.partition)
 
-    async def guarded(stage: str, batch: list, work: Callable[[list], Awaitable[bool]],
-                      discard: Callable[[], None] = lambda: None) -> bool:
-        """Run an agent's ``work`` on a batch; True when it is done and the agent takes the next one.
+    async def guarded(stream: StreamT, stage: str, work: Callable[[list], Awaitable[bool]],
+                      discard: Callable[[], None] = lambda: None) -> None:
+        """An agent's loop: ``work`` on each batch of the stream, until a batch is not done.
 
-        Otherwise the batch is held for replay (``hold``) and its staged table writes are dropped:
-        when the worker is stopping (``work`` returned False), and when ``work`` raised. Why the
-        second: Faust restarts a crashed agent in the same process with its batch acked, so the
-        batch is committed unprocessed (the gap filler's NOT_COORDINATOR after a broker restart
-        lost 2,039 of 20,000 verdicts so in the CI of 10ff71b). Now any exception stops the worker
-        for its supervisor to restart (``failed``): the new process replays the batch with fresh
-        in-memory state (Bloom filters, caches), as after a SIGKILL.
+        A batch that is not done is held for replay (``hold``), its staged table writes are
+        dropped, and the agent ends: when the worker is stopping (``work`` returned False), and
+        when ``work`` raised. Why the second: Faust restarts a crashed agent in the same process
+        with its batch acked, so the batch is committed unprocessed (the gap filler's
+        NOT_COORDINATOR after a broker restart lost 2,039 of 20,000 verdicts so in the CI of
+        10ff71b). Now any exception stops the worker for its supervisor to restart (``failed``):
+        the new process replays the batch with fresh in-memory state (Bloom filters, caches), as
+        after a SIGKILL.
         """
-        try:
-            done = await work(batch)
-        except Exception as e:  # noqa: BLE001 - whatever it was, the batch must not be acked
-            discard()
-            failed(stage, batch, e)
-            return False
-        if not done:
+        async for batch in batches(stream):
+            try:
+                if await work(batch):
+                    continue
+            except Exception as e:  # noqa: BLE001 - whatever it was, the batch must not be acked
+                discard()
+                failed(stage, batch, e)
+                return
             discard()
             hold(batch)
-        return done
+            return
 
     def failed(stage: str, batch: list, e: BaseException) -> None:
         """Hold a batch whose agent raised, and stop the worker for a restart (see ``guarded``)."""
@@ -500,9 +502,7 @@ def build_app(settings: Settings) -> faust.App:
 
     @app.agent(pages)
     async def prepare(stream: StreamT) -> None:
-        async for whole in batches(stream):
-            if not await guarded("prepare", whole, prepare_batch):
-                return
+        await guarded(stream, "prepare", prepare_batch)
 
     async def prepare_batch(whole: list) -> bool:
         """Prepares a batch of page events; False when the worker is stopping."""
@@ -569,9 +569,7 @@ def build_app(settings: Settings) -> faust.App:
     @app.agent(probes)
     async def index(stream: StreamT) -> None:
         """The exact check and the probes of the band keys, on the partitions they are routed to."""
-        async for batch in batches(stream):
-            if not await guarded("index", batch, index_batch, drop_index_batch):
-                return
+        await guarded(stream, "index", index_batch, drop_index_batch)
 
     async def index_batch(batch: list) -> bool:
         """Checks and probes a batch, sends the answers, then writes the tables; False when the
@@ -615,9 +613,7 @@ def build_app(settings: Settings) -> faust.App:
 
     @app.agent(answers)
     async def decide_agent(stream: StreamT) -> None:
-        async for batch in batches(stream):
-            if not await guarded("decide", batch, decide_batch, decide_data.discard):
-                return
+        await guarded(stream, "decide", decide_batch, decide_data.discard)
 
     async def decide_batch(batch: list) -> bool:
         """Decides a batch, delivers its verdicts, then stores the documents' states; False when
