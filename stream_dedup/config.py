@@ -165,6 +165,12 @@ class WorkerSettings(_Section):
                               "in that stage during the first for_s seconds after start (a slow consumer)")] = ""
     inject_failure: Annotated[str, Meta(pattern=r"^$|^(prepare|index|decide):[1-9][0-9]*$", description="fault injection for "
                                 "tests: 'stage:n' raises in that stage's n-th batch (its work done, its output not yet sent)")] = ""
+    quarantine_after: Annotated[int, Meta(ge=0, le=100, description="a message whose processing raised this many times "
+                                  "(counted across restarts) has its failing items dead-lettered (reason quarantined) "
+                                  "and the partition goes on (the first attempt is its whole batch's: 1 acts as 2); "
+                                  "0: restart for as long as it fails")] = 3
+    inject_poison: Annotated[str, Meta(pattern=r"^$|^(prepare|index|decide):.+$", description="fault injection for "
+                               "tests: 'stage:id' raises in that stage whenever it works on the document id (a poison message)")] = ""
     inject_stall: Annotated[bool, Meta(description="fault injection for tests: after its first batch of page events "
                                "the worker leaves its pages partitions out of Faust's fetch set (a stalled partition)")] = False
     batch_within_s: Annotated[float, Meta(gt=0, le=10, description="longest an agent waits to fill a batch (adds up to "

@@ -1,6 +1,7 @@
 """Worker operations on a real broker: exactly-once mode, status, graceful shutdown and restart."""
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import socket
@@ -249,3 +250,61 @@ def test_an_agent_that_raises_holds_its_batch_and_the_restart_replays_it(kafka_s
     assert f"injected failure in the {stage} stage's batch 15" in log, workers.logs()
     assert f"{stage} agent failed on a batch of" in log, workers.logs()
     assert workers.restarts[:1] == [("w0", 70)], workers.logs()
+
+
+@pytest.mark.parametrize("stage", ["prepare", "index", "decide"])
+def test_a_document_that_fails_every_time_is_quarantined_and_the_rest_goes_on(kafka_settings, tmp_path, stage):
+    """A bug that one document trips fails its batch after every restart (``worker.inject_poison``
+    raises whenever the stage works on that document, in every process). Without quarantine that is
+    a crash loop and the partition's later events never get a verdict. With it, the failing message
+    is replayed item by item after the first restart, and on its third attempt the poison document's
+    items go to the dead-letter topic (reason ``quarantined``) while every other document gets the
+    verdict ``scan`` gives: ``scan`` without the poison document when it never reached the index
+    (prepare, index), with it when only its decision failed (decide: the index still names it)."""
+    shared_data("news/thucnews_1000.jsonl")
+    events = labelled_stream(tmp_path, n_news=40, n_sms=160, clustered=True)
+    kafka_settings.topics.partitions = 2
+    apply(kafka_settings)
+    first, rest = events[:20], events[20:]
+    poison = rest[30]["id"]
+    workers = Workers(kafka_settings, tmp_path)
+    try:
+        workers.start("w0", STREAM_DEDUP_WORKER__INJECT_POISON=f"{stage}:{poison}")  # also after each restart
+        produce_events(kafka_settings, first)
+        read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(first),
+                 timeout=300)
+        produce_events(kafka_settings, rest, extra_raw=BAD, rate=60)
+        read_all(kafka_settings, kafka_settings.topics.verdicts,
+                 until=lambda ms: len(latest(ms)) >= len(events) - 1, timeout=300)
+        time.sleep(3)  # revisions still in flight
+        got = latest(read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: False, timeout=30,
+                              idle=5))
+        dlq = read_all(kafka_settings, kafka_settings.topics.dlq, until=lambda ms: False, timeout=30, idle=5)
+    finally:
+        workers.stop_all()
+    # a replay may dead-letter a bad event twice: one record per source offset (and item) counts
+    dlq = list({(d["topic"], d["partition"], d["offset"], d.get("item")): d for d in dlq}.values())
+    quarantined = [d for d in dlq if d["reason"] == "quarantined"]
+    assert quarantined, workers.logs()
+    assert all(d["ids"] == [poison] and d["stage"] == stage and d["attempts"] >= 3 for d in quarantined), quarantined
+    assert len(dlq) - len(quarantined) == len(BAD)
+    # each poison message costs its first attempt (the whole batch) and the second (item by item)
+    assert len(workers.restarts) >= 2 and all(r == ("w0", 70) for r in workers.restarts), workers.logs()
+    if stage == "prepare":  # a pages message is the event itself, sent back as it came
+        assert workers.restarts == [("w0", 70), ("w0", 70)], workers.logs()
+        [q] = quarantined
+        assert json.loads(base64.b64decode(q["original_b64"]))["id"] == poison
+    expected = scan_verdicts(kafka_settings, events if stage == "decide" else
+                             [e for e in events if e["id"] != poison])
+    expected.pop(poison, None)
+    assert set(got) == set(expected), workers.logs()
+    diverged = {i: (key_of(got[i]), expected[i]) for i in expected if key_of(got[i]) != expected[i]}
+    assert not diverged, f"{len(diverged)} verdicts differ from scan, e.g. {list(diverged.items())[:5]}\n{workers.logs()}"
+    log = (tmp_path / "w0.log").read_text(errors="replace")
+    assert f"injected poison: the {stage} stage fails on document {poison}" in log, workers.logs()
+    assert "is quarantined to" in log, workers.logs()
+    # every message that failed went through in the end: the journal holds only poison ones (until the
+    # commit passes them), none left to retry
+    left = json.loads((tmp_path / "state-w0" / "failures.json").read_text())
+    assert set(left) <= {f"{d['topic']}:{d['partition']}:{d['offset']}" for d in quarantined}, left
+    assert all(n >= 3 for n in left.values()), left

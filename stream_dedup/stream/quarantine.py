@@ -1,0 +1,162 @@
+"""Poison messages: set aside what fails on every attempt, so that one bad item cannot stop a partition.
+
+Why: when an agent raises, the worker holds the batch and exits for a restart that replays it
+(``app.guarded``). That loses nothing when the cause passes (a broker that was away, a full
+disk that was cleared). When the cause is in the data (a bug that one document trips in the
+index or decide stage), every restart replays the same item and fails again: a crash loop, and
+the partition's later events never get a verdict.
+
+The ``FailureJournal`` counts each message's failed attempts in a file beside the worker's
+tables, so the count survives the restarts. A message that failed once is replayed on its own,
+and an index or decide message item by item (each item is one document's probe or answer; a
+pages message is one event), with the tables written after each, so that the failing item is
+found and the others go through. When the message has failed ``worker.quarantine_after`` times,
+an item that raises again goes to the dead-letter topic (reason ``quarantined``, with the stage,
+the exception, the document ids and the item's bytes, which can be sent back to the same topic
+and partition once the bug is fixed) and the partition moves on.
+
+Errors of the infrastructure (the Kafka client's, the operating system's, out of memory) never
+count: the data is not their cause, and they restart the worker as before.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..core.stages import Prepared, Probe, ToDecide, index_item, pack_batches, unpack_batch
+
+log = logging.getLogger("stream_dedup.worker")
+
+REASON = "quarantined"
+FILE_NAME = "failures.json"
+
+# exception classes from these packages are the infrastructure's, whatever their name (``cimpl``:
+# confluent-kafka's compiled module, where KafkaException lives)
+_INFRA_MODULES = frozenset({"aiokafka", "kafka", "confluent_kafka", "cimpl", "faust", "mode", "rocksdict"})
+
+
+def counts_as_poison(e: BaseException) -> bool:
+    """Whether an exception may be the data's fault: not the Kafka client's, Faust's or the store's,
+    not an OSError (connections, timeouts, disks), not MemoryError."""
+    if isinstance(e, (OSError, MemoryError, TimeoutError)):
+        return False
+    return not any(c.__module__.split(".")[0] in _INFRA_MODULES for c in type(e).__mro__)
+
+
+MessageKey = tuple[str, int, int]  # topic, partition, offset
+
+
+@dataclass
+class FailureJournal:
+    """Failed attempts per message, kept in a JSON file that survives the worker's restarts.
+
+    ``limit`` 0 turns quarantine off: nothing is counted, and a failing message restarts the
+    worker for as long as it fails (the behaviour before this journal). The file holds only
+    messages that failed and have not gone through since, and poison messages until their
+    partition's commit passes them: a handful at most. It is written (atomically: a temporary
+    file, then a rename) only when that set changes.
+    """
+
+    path: Path
+    limit: int
+    attempts: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path, limit: int) -> FailureJournal:
+        attempts: dict[str, int] = {}
+        if limit and path.exists():
+            try:
+                raw = json.loads(path.read_text(encoding="utf-8"))
+                attempts = {str(k): int(v) for k, v in raw.items()}
+            except (ValueError, TypeError, AttributeError) as e:
+                # a journal we cannot read costs at most a few more restarts: start counting again
+                log.warning("failure journal %s is unreadable (%r); counting from zero", path, e)
+        return cls(path, limit, attempts)
+
+    @staticmethod
+    def key(m: MessageKey) -> str:
+        return f"{m[0]}:{m[1]}:{m[2]}"
+
+    def suspect(self, m: MessageKey) -> bool:
+        """Has this message failed before? Then it is replayed on its own, item by item."""
+        return bool(self.attempts) and self.key(m) in self.attempts
+
+    def failed(self, messages: list[MessageKey]) -> int:
+        """Count one more failed attempt for each message; returns the most attempts among them
+        (0 with quarantine off). An item that raises on its message's ``limit``-th attempt is
+        quarantined."""
+        if not self.limit or not messages:
+            return 0
+        for m in messages:
+            k = self.key(m)
+            self.attempts[k] = self.attempts.get(k, 0) + 1
+        self._save()
+        return max(self.attempts[self.key(m)] for m in messages)
+
+    def passed(self, m: MessageKey) -> None:
+        """The message went through. An innocent one (it failed in a batch with a poison message, or
+        its cause has passed) is forgotten; a poison one is kept, so that a replay of it (after a
+        rebalance, or a restart before the commit) dead-letters its failing items again at once
+        instead of failing its batch."""
+        k = self.key(m)
+        if k in self.attempts and self.attempts[k] < self.limit:
+            del self.attempts[k]
+            self._save()
+
+    def forget_committed(self, committed: Callable[[str, int], int | None]) -> None:
+        """Drop the messages before their partition's committed offset (``committed(topic, partition)``,
+        the next offset to read, None when not known here): they are never replayed."""
+        stale = []
+        for k in self.attempts:
+            topic, part, offset = k.rsplit(":", 2)
+            c = committed(topic, int(part))
+            if c is not None and int(offset) < c:
+                stale.append(k)
+        if stale:
+            for k in stale:
+                del self.attempts[k]
+            self._save()
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.attempts, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
+def split_items(stage: str, value: bytes | None) -> list[bytes]:
+    """A message as messages of one item each, in order: what the agent reads when it replays a
+    suspect message item by item. A pages message is one event already."""
+    if stage == "prepare" or not value:
+        return [value or b""]
+    read = index_item if stage == "index" else ToDecide.from_item
+    return [pack_batches([read(item).to_bytes()])[0] for item in unpack_batch(value)]
+
+
+def item_ids(stage: str, value: bytes | None) -> list[str]:
+    """The ids of the documents a message is about (for the dead-letter record); [] when unreadable."""
+    try:
+        if stage == "prepare":
+            doc = json.loads(value or b"")
+            return [str(doc["id"])] if isinstance(doc, dict) and "id" in doc else []
+        read = index_item if stage == "index" else ToDecide.from_item
+        items: list[Prepared | Probe | ToDecide] = [read(item) for item in unpack_batch(value)]
+        return list(dict.fromkeys(it.id for it in items))
+    except Exception:  # noqa: BLE001 - the record is still written, without ids
+        return []
+
+
+def dead_letter(stage: str, m: MessageKey, item: int, value: bytes | None, e: BaseException,
+                attempts: int) -> dict[str, Any]:
+    """The dead-letter record of a quarantined item (``topics/schemas/dlq_record.schema.json``)."""
+    return {"reason": REASON, "detail": f"the {stage} stage raised {e!r} on each of {attempts} attempts"[:1000],
+            "original_b64": base64.b64encode(value or b"").decode(), "topic": m[0], "partition": m[1],
+            "offset": m[2], "item": item, "stage": stage, "attempts": attempts, "ids": item_ids(stage, value)}
