@@ -51,7 +51,7 @@ from ..kafka_io import client_config
 from .changelog import BulkSender, Record, TableMapping
 from .credentials import faust_credentials
 from .gaps import GapFiller, Msg, confluent_committed, confluent_fetch
-from .quarantine import FILE_NAME, REASON, FailureJournal, counts_as_poison, dead_letter, split_items
+from .quarantine import FILE_NAME, REASON, FailureJournal, counts_as_poison, dead_letter, item_ids, split_items
 from . import drain, heap, rocks
 from .metrics import Metrics
 from .watchdog import EXIT_FAILED, EXIT_STALLED, ChangelogIdleFilter, StallDetector, nudge_target
@@ -360,7 +360,7 @@ def build_app(settings: Settings) -> faust.App:
             if journal.attempts:
                 journal.forget_committed(committed_offset)
             if journal.attempts and any(journal.suspect(where(msg)) for _, msg in batch):
-                if await one_by_one(stage, batch, work, discard):
+                if await one_by_one(stage, batch, work, discard, lambda msg: journal.suspect(where(msg))):
                     continue
                 return
             try:
@@ -368,6 +368,12 @@ def build_app(settings: Settings) -> faust.App:
                     continue
             except Exception as e:  # noqa: BLE001 - whatever it was, the batch must not be acked
                 discard()
+                if journal.documents and counts_as_poison(e) and any(names_known(msg) for _, msg in batch):
+                    log.warning("%s agent: %r in a batch that names a quarantined document; the batch is "
+                                "replayed message by message in this process", stage, e)
+                    if await one_by_one(stage, batch, work, discard, names_known):
+                        continue
+                    return
                 if counts_as_poison(e):
                     journal.failed([where(msg) for _, msg in batch])
                 failed(stage, batch, e)
@@ -379,34 +385,51 @@ def build_app(settings: Settings) -> faust.App:
     def where(msg: Message | Msg) -> tuple[str, int, int]:
         return msg.topic, msg.partition, msg.offset
 
+    def names_known(msg: Message | Msg) -> bool:
+        return journal.known(item_ids(stage_of[msg.topic], msg.value))
+
+    stage_of = {pages.get_topic_name(): "prepare", probes.get_topic_name(): "index",
+                answers.get_topic_name(): "decide"}
+
     async def one_by_one(stage: str, batch: list, work: Callable[[list], Awaitable[bool]],
-                         discard: Callable[[], None]) -> bool:
-        """A batch with a message that failed before (``quarantine``): each message on its own, a
-        suspect one item by item, so that only the failing item is retried, and, on its message's
-        ``worker.quarantine_after``-th attempt, dead-lettered. False when the batch is not done
-        (held from the failing message on, as in ``guarded``)."""
+                         discard: Callable[[], None], split: Callable[[Message | Msg], bool]) -> bool:
+        """A batch with a message that failed before or that names a quarantined document
+        (``quarantine``): each message on its own, those that ``split`` names (and any that fails
+        on its own) item by item, so that only the failing item is retried, and dead-lettered on
+        its message's ``worker.quarantine_after``-th attempt or when it is about a quarantined
+        document. False when the batch is not done (held from the failing message on, as in
+        ``guarded``)."""
         for i, (ev, msg) in enumerate(batch):
             m = where(msg)
-            values: list[bytes | None] = [None]  # None: the message as it is
-            if journal.suspect(m):
-                try:
-                    values = list(split_items(stage, msg.value))
-                except Exception:  # noqa: BLE001 - unreadable: it is one item then
-                    values = [msg.value or b""]
-            for j, value in enumerate(values):
+            values: list[bytes | None] = list(items_of(stage, msg)) if split(msg) else [None]  # None: whole
+            j = 0
+            while j < len(values):
+                value = values[j]
                 one = msg if value is None else Msg(msg.topic, msg.partition, msg.offset, msg.key, value,
                                                     msg.timestamp)
                 try:
                     if await work([(ev, one)]):
+                        j += 1
                         continue
                 except Exception as e:  # noqa: BLE001 - as in guarded
                     discard()
-                    attempts = journal.failed([m]) if counts_as_poison(e) else 0
-                    if value is None or attempts < journal.limit or not journal.limit:
+                    if value is None:
+                        if counts_as_poison(e) and journal.failed([m]):  # it fails on its own: find the item now
+                            log.warning("%s agent: %r in %s[%d]@%d on its own; it is replayed item by item",
+                                        stage, e, *m)
+                            values, j = list(items_of(stage, msg)), 0
+                            continue
+                        failed(stage, batch[i:], e)
+                        return False
+                    ids = item_ids(stage, value)
+                    attempts = journal.failed_alone(m, ids) if counts_as_poison(e) else 0
+                    known = journal.known(ids)
+                    if not attempts or (attempts < journal.limit and not known):
                         failed(stage, batch[i:], e)
                         return False
                     try:
-                        await quarantine(stage, m, j, msg.key, value, e, attempts)
+                        await quarantine(stage, m, j, msg.key, value, e, attempts, known)
+                        j += 1
                         continue
                     except Exception as e2:  # noqa: BLE001 - the dead letter did not go out: replay
                         failed(stage, batch[i:], e2)
@@ -417,19 +440,27 @@ def build_app(settings: Settings) -> faust.App:
             journal.passed(m)
         return True
 
+    def items_of(stage: str, msg: Message | Msg) -> list[bytes]:
+        """A message as messages of one item each (``split_items``); an unreadable one is one item."""
+        try:
+            return split_items(stage, msg.value)
+        except Exception:  # noqa: BLE001 - the stage will fail on it as a whole, and quarantine it so
+            return [msg.value or b""]
+
     async def quarantine(stage: str, m: tuple[str, int, int], item: int, key: bytes | None, value: bytes,
-                         e: BaseException, attempts: int) -> None:
+                         e: BaseException, attempts: int, known: bool) -> None:
         """Send a poison item to the dead-letter topic and wait for the broker's ack: only then may
         its message be committed."""
-        record = dead_letter(stage, m, item, value, e, attempts)
-        log.error("%s agent: item %d of %s[%d]@%d (documents %s) raised on each of %d attempts: %r; it is "
-                  "quarantined to %s", stage, item, *m, record["ids"], attempts, e, dlq.get_topic_name())
+        record = dead_letter(stage, m, item, value, e, attempts, known)
+        log.error("%s agent: item %d of %s[%d]@%d (documents %s): %s; it is quarantined to %s", stage, item, *m,
+                  record["ids"], record["detail"], dlq.get_topic_name())
         if stopping:
             raise RuntimeError("the worker is stopping")
         futs = await publish(dlq, [(key, json.dumps(record).encode())])
         await asyncio.wait(set(futs))
         for f in futs:
             f.result()
+        journal.quarantined(record["ids"])
         counts["quarantined"] += 1
         counts["dlq"] += 1
         metrics.dlq.labels(REASON).inc()

@@ -15,6 +15,12 @@ an item that raises again goes to the dead-letter topic (reason ``quarantined``,
 the exception, the document ids and the item's bytes, which can be sent back to the same topic
 and partition once the bug is fixed) and the partition moves on.
 
+The journal also remembers the documents it quarantined. A document's items keep coming after
+the first one failed (in decide: its late answers, offers and cluster changes), and each would
+cost two restarts; a batch that fails and names such a document is replayed at once, in the same
+process, message by message, and its item about the known document that raises is quarantined
+on the spot.
+
 Errors of the infrastructure (the Kafka client's, the operating system's, out of memory) never
 count: the data is not their cause, and they restart the worker as before.
 """
@@ -65,18 +71,27 @@ class FailureJournal:
     path: Path
     limit: int
     attempts: dict[str, int] = field(default_factory=dict)
+    # ids of documents whose items failed on their own, with how often, in any message
+    failing: dict[str, int] = field(default_factory=dict)
+    # ids of documents with a quarantined item, oldest first (at most MAX_DOCUMENTS)
+    documents: dict[str, None] = field(default_factory=dict)
+
+    MAX_DOCUMENTS = 10_000
 
     @classmethod
     def load(cls, path: Path, limit: int) -> FailureJournal:
-        attempts: dict[str, int] = {}
+        j = cls(path, limit)
         if limit and path.exists():
             try:
                 raw = json.loads(path.read_text(encoding="utf-8"))
-                attempts = {str(k): int(v) for k, v in raw.items()}
-            except (ValueError, TypeError, AttributeError) as e:
+                j.attempts = {str(k): int(v) for k, v in raw["attempts"].items()}
+                j.failing = {str(k): int(v) for k, v in raw["failing"].items()}
+                j.documents = dict.fromkeys(str(d) for d in raw["documents"])
+            except (ValueError, TypeError, AttributeError, KeyError) as e:
                 # a journal we cannot read costs at most a few more restarts: start counting again
                 log.warning("failure journal %s is unreadable (%r); counting from zero", path, e)
-        return cls(path, limit, attempts)
+                j.attempts, j.failing, j.documents = {}, {}, {}
+        return j
 
     @staticmethod
     def key(m: MessageKey) -> str:
@@ -108,6 +123,36 @@ class FailureJournal:
             del self.attempts[k]
             self._save()
 
+    def failed_alone(self, m: MessageKey, ids: list[str]) -> int:
+        """An item of message ``m`` about documents ``ids`` failed on its own: count it for the
+        message and for each document. Returns its attempts: the message's, or one more than its
+        documents' failures on their own, whichever is more. Why the documents: a document's items
+        travel in several messages (in index, one per partition its probes go to), each with its
+        own count; by the message alone each would cost two restarts."""
+        n = self.failed([m])
+        if not self.limit:
+            return 0
+        for d in ids:
+            self.failing[d] = self.failing.get(d, 0) + 1
+        if ids:
+            self._save()
+        return max([n] + [self.failing[d] + 1 for d in ids])
+
+    def quarantined(self, ids: list[str]) -> None:
+        """Remember documents whose item was quarantined: a later item about one of them that raises
+        (a late answer, an offer, a cluster change) is quarantined at once, without the restarts."""
+        for d in ids:
+            self.failing.pop(d, None)
+            self.documents.pop(d, None)
+            self.documents[d] = None
+        while len(self.documents) > self.MAX_DOCUMENTS:
+            del self.documents[next(iter(self.documents))]
+        self._save()
+
+    def known(self, ids: list[str]) -> bool:
+        """Is any of these documents one with a quarantined item?"""
+        return bool(self.documents) and any(d in self.documents for d in ids)
+
     def forget_committed(self, committed: Callable[[str, int], int | None]) -> None:
         """Drop the messages before their partition's committed offset (``committed(topic, partition)``,
         the next offset to read, None when not known here): they are never replayed."""
@@ -126,7 +171,8 @@ class FailureJournal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.attempts, f, sort_keys=True)
+            json.dump({"attempts": self.attempts, "failing": self.failing, "documents": list(self.documents)}, f,
+                      sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
@@ -155,8 +201,10 @@ def item_ids(stage: str, value: bytes | None) -> list[str]:
 
 
 def dead_letter(stage: str, m: MessageKey, item: int, value: bytes | None, e: BaseException,
-                attempts: int) -> dict[str, Any]:
-    """The dead-letter record of a quarantined item (``topics/schemas/dlq_record.schema.json``)."""
-    return {"reason": REASON, "detail": f"the {stage} stage raised {e!r} on each of {attempts} attempts"[:1000],
+                attempts: int, known: bool = False) -> dict[str, Any]:
+    """The dead-letter record of a quarantined item (``topics/schemas/dlq_record.schema.json``);
+    ``known``: its document had an item quarantined before."""
+    why = "its document was quarantined before" if known else f"attempt {attempts}"
+    return {"reason": REASON, "detail": f"the {stage} stage raised {e!r} ({why})"[:1000],
             "original_b64": base64.b64encode(value or b"").decode(), "topic": m[0], "partition": m[1],
             "offset": m[2], "item": item, "stage": stage, "attempts": attempts, "ids": item_ids(stage, value)}

@@ -74,9 +74,24 @@ def test_the_journal_counts_attempts_across_restarts(tmp_path):
     assert not FailureJournal.load(path, limit=3).attempts
 
 
+def test_a_document_that_fails_alone_in_two_messages_counts_both(tmp_path):
+    """A document's probes travel in one message per partition: its failures add up across them."""
+    path = tmp_path / "failures.json"
+    j = FailureJournal.load(path, limit=3)
+    p0, p1 = ("probes", 0, 5), ("probes", 1, 9)
+    assert j.failed([p1]) == 1  # a batch with p1 failed
+    assert j.failed_alone(p0, ["spam-1"]) == 2  # p0's item about spam-1 failed on its own
+    j = FailureJournal.load(path, limit=3)  # restarted
+    assert j.failed_alone(p1, ["spam-1"]) == 3  # p1's second attempt, spam-1's third
+    j.quarantined(["spam-1"])
+    assert j.known(["spam-1"]) and "spam-1" not in FailureJournal.load(path, limit=3).failing
+    assert j.failed_alone(("probes", 0, 6), ["other"]) == 2
+
+
 def test_quarantine_off_counts_nothing(tmp_path):
     j = FailureJournal.load(tmp_path / "failures.json", limit=0)
     assert j.failed([("pages", 0, 1)]) == 0
+    assert j.failed_alone(("pages", 0, 1), ["a"]) == 0
     assert not j.suspect(("pages", 0, 1))
     assert not (tmp_path / "failures.json").exists()
 
@@ -88,7 +103,19 @@ def test_an_unreadable_journal_starts_from_zero(tmp_path, content):
     j = FailureJournal.load(path, limit=3)
     assert j.attempts == {}
     assert j.failed([("pages", 0, 1)]) == 1
-    assert json.loads(path.read_text()) == {"pages:0:1": 1}
+    assert json.loads(path.read_text())["attempts"] == {"pages:0:1": 1}
+
+
+def test_the_journal_remembers_quarantined_documents(tmp_path):
+    path = tmp_path / "failures.json"
+    j = FailureJournal.load(path, limit=3)
+    assert not j.known(["短信-7"])
+    j.quarantined(["短信-7"])
+    j2 = FailureJournal.load(path, limit=3)
+    assert j2.known(["短信-7", "other"]) and not j2.known(["other"])
+    j2.MAX_DOCUMENTS = 3
+    j2.quarantined(["a", "b", "c"])  # the oldest goes first
+    assert list(FailureJournal.load(path, limit=3).documents) == ["a", "b", "c"]
 
 
 def test_an_index_message_splits_into_its_items(probes_message):
@@ -127,6 +154,9 @@ def test_the_dead_letter_record_keeps_the_item_and_says_why(probes_message):
     assert rec["reason"] == REASON
     assert base64.b64decode(rec["original_b64"]) == single
     assert rec["ids"] == [ids[0]]
-    assert "RuntimeError('boom')" in rec["detail"] and "3 attempts" in rec["detail"]
+    assert rec["detail"] == "the index stage raised RuntimeError('boom') (attempt 3)"
+    again = dead_letter("index", ("dedup.probes", 1, 7), 4, single, RuntimeError("boom"), 1, known=True)
+    SCHEMA.validate(again)
+    assert "its document was quarantined before" in again["detail"] and again["attempts"] == 1
     assert (rec["topic"], rec["partition"], rec["offset"], rec["item"], rec["stage"]) == ("dedup.probes", 0, 123, 0,
                                                                                          "index")
