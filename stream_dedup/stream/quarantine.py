@@ -168,14 +168,20 @@ class FailureJournal:
             self._save()
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"attempts": self.attempts, "failing": self.failing, "documents": list(self.documents)}, f,
-                      sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        """Write the file; a write that fails (a full disk) is logged, and the counts live on in
+        memory: the journal must never turn a failed batch into an exception of its own."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"attempts": self.attempts, "failing": self.failing, "documents": list(self.documents)},
+                          f, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError as e:
+            log.warning("failure journal %s not written (%r): its counts restart from zero with the worker",
+                        self.path, e)
 
 
 def split_items(stage: str, value: bytes | None) -> list[bytes]:

@@ -88,6 +88,15 @@ def test_a_document_that_fails_alone_in_two_messages_counts_both(tmp_path):
     assert j.failed_alone(("probes", 0, 6), ["other"]) == 2
 
 
+def test_a_journal_that_cannot_be_written_still_counts(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    j = FailureJournal.load(blocker / "failures.json", limit=3)  # its folder cannot be made
+    assert j.failed([("pages", 0, 1)]) == 1
+    assert j.failed_alone(("pages", 0, 1), ["a"]) == 2
+    assert j.suspect(("pages", 0, 1))
+
+
 def test_quarantine_off_counts_nothing(tmp_path):
     j = FailureJournal.load(tmp_path / "failures.json", limit=0)
     assert j.failed([("pages", 0, 1)]) == 0
