@@ -10,8 +10,9 @@ The ``FailureJournal`` counts each message's failed attempts in a file beside th
 tables, so the count survives the restarts. A message that failed once is replayed on its own,
 and an index or decide message item by item (each item is one document's probe or answer; a
 pages message is one event), with the tables written after each, so that the failing item is
-found and the others go through. When the message has failed ``worker.quarantine_after`` times,
-an item that raises again goes to the dead-letter topic (reason ``quarantined``, with the stage,
+found and the others go through; a document whose items fail on their own is counted too,
+across the messages that carry it. On the ``worker.quarantine_after``-th attempt (of the
+message, or of the document), an item that raises again goes to the dead-letter topic (reason ``quarantined``, with the stage,
 the exception, the document ids and the item's bytes, which can be sent back to the same topic
 and partition once the bug is fixed) and the partition moves on.
 
