@@ -396,8 +396,8 @@ def build_app(settings: Settings) -> faust.App:
         """A batch with a message that failed before or that names a quarantined document
         (``quarantine``): each message on its own, those that ``split`` names (and any that fails
         on its own) item by item, so that only the failing item is retried, and dead-lettered on
-        its message's ``worker.quarantine_after``-th attempt or when it is about a quarantined
-        document. False when the batch is not done (held from the failing message on, as in
+        the ``worker.quarantine_after``-th attempt of its message or its document, or at once when
+        its document was quarantined before. False when the batch is not done (held from the failing message on, as in
         ``guarded``)."""
         for i, (ev, msg) in enumerate(batch):
             m = where(msg)
@@ -452,14 +452,14 @@ def build_app(settings: Settings) -> faust.App:
         """Send a poison item to the dead-letter topic and wait for the broker's ack: only then may
         its message be committed."""
         record = dead_letter(stage, m, item, value, e, attempts, known)
-        log.error("%s agent: item %d of %s[%d]@%d (documents %s): %s; it is quarantined to %s", stage, item, *m,
-                  record["ids"], record["detail"], dlq.get_topic_name())
         if stopping:
             raise RuntimeError("the worker is stopping")
         futs = await publish(dlq, [(key, json.dumps(record).encode())])
         await asyncio.wait(set(futs))
         for f in futs:
             f.result()
+        log.error("%s agent: item %d of %s[%d]@%d (documents %s): %s; it is quarantined to %s", stage, item, *m,
+                  record["ids"], record["detail"], dlq.get_topic_name())
         journal.quarantined(record["ids"])
         counts["quarantined"] += 1
         counts["dlq"] += 1
