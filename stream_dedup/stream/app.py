@@ -356,6 +356,9 @@ def build_app(settings: Settings) -> faust.App:
         after a SIGKILL. A message that failed before is replayed on its own and item by item, and
         an item that keeps failing is quarantined (``one_by_one``, ``quarantine.py``).
         """
+        def names_known(msg: Message | Msg) -> bool:
+            return journal.known(item_ids(stage, msg.value))
+
         async for batch in batches(stream):
             if journal.attempts:
                 journal.forget_committed(committed_offset)
@@ -384,12 +387,6 @@ def build_app(settings: Settings) -> faust.App:
 
     def where(msg: Message | Msg) -> tuple[str, int, int]:
         return msg.topic, msg.partition, msg.offset
-
-    def names_known(msg: Message | Msg) -> bool:
-        return journal.known(item_ids(stage_of[msg.topic], msg.value))
-
-    stage_of = {pages.get_topic_name(): "prepare", probes.get_topic_name(): "index",
-                answers.get_topic_name(): "decide"}
 
     async def one_by_one(stage: str, batch: list, work: Callable[[list], Awaitable[bool]],
                          discard: Callable[[], None], split: Callable[[Message | Msg], bool]) -> bool:

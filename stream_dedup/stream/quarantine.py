@@ -108,10 +108,14 @@ class FailureJournal:
         quarantined."""
         if not self.limit or not messages:
             return 0
+        n = self._count(messages)
+        self._save()
+        return n
+
+    def _count(self, messages: list[MessageKey]) -> int:
         for m in messages:
             k = self.key(m)
             self.attempts[k] = self.attempts.get(k, 0) + 1
-        self._save()
         return max(self.attempts[self.key(m)] for m in messages)
 
     def passed(self, m: MessageKey) -> None:
@@ -130,13 +134,12 @@ class FailureJournal:
         documents' failures on their own, whichever is more. Why the documents: a document's items
         travel in several messages (in index, one per partition its probes go to), each with its
         own count; by the message alone each would cost two restarts."""
-        n = self.failed([m])
         if not self.limit:
             return 0
+        n = self._count([m])
         for d in ids:
             self.failing[d] = self.failing.get(d, 0) + 1
-        if ids:
-            self._save()
+        self._save()
         return max([n] + [self.failing[d] + 1 for d in ids])
 
     def quarantined(self, ids: list[str]) -> None:
@@ -190,8 +193,12 @@ def split_items(stage: str, value: bytes | None) -> list[bytes]:
     suspect message item by item. A pages message is one event already."""
     if stage == "prepare" or not value:
         return [value or b""]
-    read = index_item if stage == "index" else ToDecide.from_item
-    return [pack_batches([read(item).to_bytes()])[0] for item in unpack_batch(value)]
+    return [pack_batches([_read(stage, item).to_bytes()])[0] for item in unpack_batch(value)]
+
+
+def _read(stage: str, item: Any) -> Prepared | Probe | ToDecide:
+    """One item of an index or decide message, as its stage reads it."""
+    return index_item(item) if stage == "index" else ToDecide.from_item(item)
 
 
 def item_ids(stage: str, value: bytes | None) -> list[str]:
@@ -200,9 +207,7 @@ def item_ids(stage: str, value: bytes | None) -> list[str]:
         if stage == "prepare":
             doc = json.loads(value or b"")
             return [str(doc["id"])] if isinstance(doc, dict) and "id" in doc else []
-        read = index_item if stage == "index" else ToDecide.from_item
-        items: list[Prepared | Probe | ToDecide] = [read(item) for item in unpack_batch(value)]
-        return list(dict.fromkeys(it.id for it in items))
+        return list(dict.fromkeys(_read(stage, item).id for item in unpack_batch(value)))
     except Exception:  # noqa: BLE001 - the record is still written, without ids
         return []
 
