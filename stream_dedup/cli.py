@@ -203,6 +203,34 @@ def tail(c: Ctx, topic: str | None, max_messages: int | None, idle: float | None
 
 
 @main.command()
+@click.option("--reason", "reasons", multiple=True, metavar="CODE",
+              help="a reason code to send back (repeatable; default: quarantined and internal_error, a bug's)")
+@click.option("--id", "ids", multiple=True, metavar="ID", help="only records about this document (repeatable)")
+@click.option("--from-beginning", is_flag=True, help="read the whole dead-letter topic, not from the last run on")
+@click.option("--dry-run", is_flag=True, help="list what would be sent back; send and commit nothing")
+@click.option("--json", "as_json", is_flag=True, help="print the counts as JSON")
+@pass_ctx
+def redrive(c: Ctx, reasons: tuple[str, ...], ids: tuple[str, ...], from_beginning: bool, dry_run: bool,
+            as_json: bool) -> None:
+    """Send dead-lettered items back to the topic and partition they came from, once the bug that
+    put them there is fixed. Each run goes on from where the last one stopped."""
+    from .redrive import BUG_REASONS, redrive as run
+
+    try:
+        counts = run(c.settings, reasons=reasons or BUG_REASONS, ids=ids, from_beginning=from_beginning,
+                     dry_run=dry_run, echo=lambda line: click.echo(line, err=True))
+    except RuntimeError as e:
+        click.echo(f"stream-dedup: {e}", err=True)
+        sys.exit(EXIT_ENV)
+    if as_json:
+        click.echo(json.dumps(counts, sort_keys=True))
+    else:
+        sent = sum(n for k, n in counts.items() if k.startswith("redriven."))
+        click.echo(f"{'would send' if dry_run else 'sent'} back {sent} of {counts.get('read', 0)} dead-letter "
+                   f"records ({json.dumps(counts, sort_keys=True)})", err=True)
+
+
+@main.command()
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 def status(c: Ctx, as_json: bool) -> None:

@@ -109,6 +109,11 @@ def event_partition(event: Any) -> int | None:
     return event.message.partition if event is not None else None
 
 
+def timestamp_ms(msg: Message | Msg) -> int | None:
+    """A message's timestamp in milliseconds (Faust gives seconds), None when it has none."""
+    return int(msg.timestamp * 1000) if msg.timestamp is not None else None
+
+
 def _fetch_wait_from_settings() -> None:
     """Let the worker choose aiokafka's ``fetch_max_wait_ms``, which Faust fixes at 1,500 ms.
 
@@ -425,7 +430,7 @@ def build_app(settings: Settings) -> faust.App:
                         failed(stage, batch[i:], e)
                         return False
                     try:
-                        await quarantine(stage, m, j, msg.key, value, e, attempts, known)
+                        await quarantine(stage, m, j, msg, value, e, attempts, known)
                         j += 1
                         continue
                     except Exception as e2:  # noqa: BLE001 - the dead letter did not go out: replay
@@ -444,14 +449,14 @@ def build_app(settings: Settings) -> faust.App:
         except Exception:  # noqa: BLE001 - the stage will fail on it as a whole, and quarantine it so
             return [msg.value or b""]
 
-    async def quarantine(stage: str, m: tuple[str, int, int], item: int, key: bytes | None, value: bytes,
+    async def quarantine(stage: str, m: tuple[str, int, int], item: int, msg: Message | Msg, value: bytes,
                          e: BaseException, attempts: int, known: bool) -> None:
         """Send a poison item to the dead-letter topic and wait for the broker's ack: only then may
         its message be committed."""
-        record = dead_letter(stage, m, item, value, e, attempts, known)
+        record = dead_letter(stage, m, item, value, e, attempts, known, timestamp_ms(msg))
         if stopping:
             raise RuntimeError("the worker is stopping")
-        futs = await publish(dlq, [(key, json.dumps(record).encode())])
+        futs = await publish(dlq, [(msg.key, json.dumps(record).encode())])
         await asyncio.wait(set(futs))
         for f in futs:
             f.result()
@@ -613,8 +618,7 @@ def build_app(settings: Settings) -> faust.App:
 
     async def prepare_batch(whole: list) -> bool:
         """Prepares a batch of page events; False when the worker is stopping."""
-        raws = [(msg.value if msg.value is not None else b"", msg.timestamp and int(msg.timestamp * 1000))
-                for _, msg in whole]
+        raws = [(msg.value if msg.value is not None else b"", timestamp_ms(msg)) for _, msg in whole]
         # a batch of 1,024 SMS is prepared at once; one of long pages in slices (see byte_slices)
         for part in byte_slices([len(raw) for raw, _ in raws], w.prepare_slice_bytes):
             if stopping:
@@ -649,7 +653,8 @@ def build_app(settings: Settings) -> faust.App:
                 metrics.dlq.labels(reason).inc()
                 await publish(dlq, [(msg.key, json.dumps({
                     "reason": reason, "detail": detail[:1000], "original_b64": base64.b64encode(raw).decode(),
-                    "topic": msg.topic, "partition": msg.partition, "offset": msg.offset}).encode())])
+                    "topic": msg.topic, "partition": msg.partition, "offset": msg.offset,
+                    "timestamp": timestamp_ms(msg)}).encode())])
                 continue
             if poison_stage:
                 injected_poison("prepare", p.id)

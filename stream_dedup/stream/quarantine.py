@@ -13,8 +13,8 @@ pages message is one event), with the tables written after each, so that the fai
 found and the others go through; a document whose items fail on their own is counted too,
 across the messages that carry it. On the ``worker.quarantine_after``-th attempt (of the
 message, or of the document), an item that raises again goes to the dead-letter topic (reason ``quarantined``, with the stage,
-the exception, the document ids and the item's bytes, which can be sent back to the same topic
-and partition once the bug is fixed) and the partition moves on.
+the exception, the document ids and the item's bytes, which ``stream-dedup redrive`` sends back
+to the same topic and partition once the bug is fixed) and the partition moves on.
 
 The journal also remembers the documents it quarantined. A document's items keep coming after
 the first one failed (in decide: its late answers, offers and cluster changes), and each would
@@ -213,10 +213,12 @@ def item_ids(stage: str, value: bytes | None) -> list[str]:
 
 
 def dead_letter(stage: str, m: MessageKey, item: int, value: bytes | None, e: BaseException,
-                attempts: int, known: bool = False) -> dict[str, Any]:
+                attempts: int, known: bool = False, timestamp: int | None = None) -> dict[str, Any]:
     """The dead-letter record of a quarantined item (``topics/schemas/dlq_record.schema.json``);
-    ``known``: its document had an item quarantined before."""
+    ``known``: its document had an item quarantined before; ``timestamp``: its message's, in ms
+    (``redrive`` sends it back with the item: an event without a ``ts`` is judged at that time)."""
     why = "its document was quarantined before" if known else f"attempt {attempts}"
     return {"reason": REASON, "detail": f"the {stage} stage raised {e!r} ({why})"[:1000],
             "original_b64": base64.b64encode(value or b"").decode(), "topic": m[0], "partition": m[1],
-            "offset": m[2], "item": item, "stage": stage, "attempts": attempts, "ids": item_ids(stage, value)}
+            "offset": m[2], "timestamp": timestamp, "item": item, "stage": stage, "attempts": attempts,
+            "ids": item_ids(stage, value)}

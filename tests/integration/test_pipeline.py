@@ -34,7 +34,8 @@ def scan_all(settings: Settings, events: list[dict]) -> tuple[dict[str, tuple], 
     """scan's verdicts and clusters (size, canonical) for the same events.
 
     Remembered per (engine settings, events): the fault tests compare 20,000-event streams, each
-    twice, and several tests share a stream."""
+    twice, and several tests share a stream. Each call gets its own copies: a caller may change them
+    (a test drops the document it expects no verdict for)."""
     engine_settings = {k: v for k, v in settings.as_dict().items() if k not in ("kafka", "topics", "worker")}
     key = hashlib.sha256((json.dumps(engine_settings, sort_keys=True)
                           + json.dumps(events, sort_keys=True, ensure_ascii=False)).encode()).hexdigest()
@@ -46,7 +47,8 @@ def scan_all(settings: Settings, events: list[dict]) -> tuple[dict[str, tuple], 
                 _scans.clear()
             _scans[key] = ({v.id: key_of(v.to_dict()) for v in e.verdicts()},
                            {c.id: (c.size, c.canonical) for c in e.clusters()})
-    return _scans[key]
+    verdicts, clusters = _scans[key]
+    return dict(verdicts), dict(clusters)
 
 
 def check_clusters(settings: Settings, events: list[dict]) -> None:

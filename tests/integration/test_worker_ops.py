@@ -260,7 +260,10 @@ def test_a_document_that_fails_every_time_is_quarantined_and_the_rest_goes_on(ka
     is replayed item by item after the first restart, and on its third attempt the poison document's
     item goes to the dead-letter topic (reason ``quarantined``), and each later item about it at its
     first failure, while every other document gets the verdict ``scan`` gives: ``scan`` without the poison document when it never reached the index
-    (prepare, index), with it when only its decision failed (decide: the index still names it)."""
+    (prepare, index), with it when only its decision failed (decide: the index still names it).
+    Then the bug is fixed (the worker starts again without it) and ``stream-dedup redrive`` sends
+    the quarantined items back: every document, the poison one too, gets the verdict ``scan`` gives
+    with it."""
     shared_data("news/thucnews_1000.jsonl")
     events = labelled_stream(tmp_path, n_news=40, n_sms=160, clustered=True)
     kafka_settings.topics.partitions = 2
@@ -280,11 +283,26 @@ def test_a_document_that_fails_every_time_is_quarantined_and_the_rest_goes_on(ka
         got = latest(read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: False, timeout=30,
                               idle=5))
         dlq = read_all(kafka_settings, kafka_settings.topics.dlq, until=lambda ms: False, timeout=30, idle=5)
+        left = json.loads((tmp_path / "state-w0" / "failures.json").read_text())
+        # the bug is fixed: the worker starts again without it, and the quarantined items are sent back
+        assert workers.stop("w0") == 0, workers.logs()
+        workers.start("w0")
+        redrive = [sys.executable, "-m", "stream_dedup.cli", "redrive", "--json"]
+        sent = subprocess.run(redrive, env=settings_env(kafka_settings), capture_output=True, text=True, timeout=120)
+        assert sent.returncode == 0, sent.stderr
+        again = subprocess.run(redrive, env=settings_env(kafka_settings), capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr
+        fixed = read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: poison in latest(ms),
+                         timeout=300)
+        time.sleep(3)  # revisions still in flight (the copies that the poison document precedes)
+        fixed = latest(read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: False, timeout=30,
+                                idle=5))
     finally:
         workers.stop_all()
     # the first on its third attempt; later ones (the document known by then) at their first failure
     assert any(d["reason"] == "quarantined" and d["attempts"] == 3 for d in dlq), workers.logs()
     # a replay may dead-letter a bad event twice: one record per source offset (and item) counts
+    dlq_raw = dlq
     dlq = list({(d["topic"], d["partition"], d["offset"], d.get("item")): d for d in dlq}.values())
     quarantined = [d for d in dlq if d["reason"] == "quarantined"]
     assert all(d["ids"] == [poison] and d["stage"] == stage and d["attempts"] >= 1 for d in quarantined), quarantined
@@ -307,7 +325,17 @@ def test_a_document_that_fails_every_time_is_quarantined_and_the_rest_goes_on(ka
     assert "is quarantined to" in log, workers.logs()
     # every message that failed went through in the end: the journal holds only poison ones (until the
     # commit passes them), none left to retry
-    left = json.loads((tmp_path / "state-w0" / "failures.json").read_text())
     assert set(left["attempts"]) <= {f"{d['topic']}:{d['partition']}:{d['offset']}" for d in quarantined}, left
     assert all(n >= 3 for n in left["attempts"].values()), left
     assert left["documents"] == [poison] and left["failing"] == {}, left
+    # redrive: every quarantined record went back (a duplicate record too: harmless), the bad events'
+    # stayed; a second run sends nothing back (the first committed); then every document, the poison
+    # one too, has the verdict scan gives with it
+    counts, counts_again = json.loads(sent.stdout), json.loads(again.stdout)
+    assert counts["redriven.quarantined"] == sum(d["reason"] == "quarantined" for d in dlq_raw) >= 1, counts
+    assert counts["read"] >= len(dlq_raw) and "unredrivable" not in counts, counts
+    assert not any(k.startswith("redriven.") for k in counts_again), counts_again
+    expected = scan_verdicts(kafka_settings, events)
+    assert set(fixed) == set(expected), workers.logs()
+    diverged = {i: (key_of(fixed[i]), expected[i]) for i in expected if key_of(fixed[i]) != expected[i]}
+    assert not diverged, f"after redrive {len(diverged)} verdicts differ from scan, e.g. {list(diverged.items())[:5]}"

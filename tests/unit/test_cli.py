@@ -6,7 +6,7 @@ from click.testing import CliRunner
 from stream_dedup.cli import main
 
 COMMANDS = [["scan"], ["worker"], ["topics"], ["topics", "apply"], ["topics", "list"], ["produce"], ["tail"],
-            ["eval"], ["idf", "build"], ["status"], ["config"]]
+            ["eval"], ["idf", "build"], ["status"], ["config"], ["redrive"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=" ".join)

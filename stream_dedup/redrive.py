@@ -1,0 +1,178 @@
+"""`redrive`: send dead-lettered items back where they came from, once the bug that put them there is fixed.
+
+Why: a quarantined item (``stream/quarantine.py``) and an event whose preparation raised
+(``internal_error``) are the work of a bug, not of bad data; after the fix their documents should
+get the verdicts they missed. Each dead-letter record holds the item's bytes as the stage read
+them, its source topic and partition, and the message key; sent back there, the stage works on it
+again. The stages are idempotent (a replayed message changes nothing that was done), so sending
+a record twice is harmless, and the verdict rule does not depend on arrival order, so a document
+judged late gets the verdict it would have got in order (with revisions of the later copies it
+turns out to precede).
+
+The run reads the dead-letter topic in a consumer group of its own (``<app_id>-redrive``) up to
+the end it saw when it started, sends the records of the chosen reasons, waits for the broker's
+acks, and only then commits: the next run starts after what this one read (``--from-beginning``
+reads everything again). Records of other reasons (bad data: sending them back would reject them
+again) are read past and counted as skipped.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from .config import Settings
+from .kafka_io import consumer, producer, send
+
+# the reasons that a fixed bug cures; the others are the data's, and a resend is rejected again
+BUG_REASONS = ("quarantined", "internal_error")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a dead-letter record's bytes go back to."""
+
+    topic: str
+    partition: int | None  # None: by key (a record that names no partition)
+    key: bytes | None
+    value: bytes
+    timestamp: int | None = None  # ms, the source message's: an event without a ``ts`` keeps its time
+
+
+class NotRedrivable(ValueError):
+    """A record that cannot be sent back (no bytes, or a source that does not exist)."""
+
+
+def target(record: Any, key: bytes | None, pages: str, partitions: Callable[[str], int | None]) -> Target:
+    """The source topic and partition of a dead-letter record, with its key and original bytes.
+
+    ``partitions(topic)``: how many partitions the topic has now (None: no such topic). Why the same
+    partition and not the key: internal topics are routed by band key or digest, not by the
+    message key, and the pages topic's producers may hash keys differently from this client."""
+    if not isinstance(record, dict):
+        raise NotRedrivable("not a dead-letter record (not a JSON object)")
+    try:
+        value = base64.b64decode(record["original_b64"], validate=True)
+    except (KeyError, TypeError, binascii.Error) as e:
+        raise NotRedrivable(f"no original bytes ({e!r})") from None
+    topic = record.get("topic") or pages
+    if not isinstance(topic, str):
+        raise NotRedrivable(f"source topic {topic!r} is not a name")
+    partition = record.get("partition")
+    if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool) or partition < 0):
+        raise NotRedrivable(f"source partition {partition!r} is not a partition number")
+    count = partitions(topic)
+    if count is None:
+        raise NotRedrivable(f"source topic {topic!r} does not exist")
+    if partition is not None and partition >= count:
+        raise NotRedrivable(f"source partition {topic}[{partition}] does not exist ({count} partitions)")
+    ts = record.get("timestamp")
+    return Target(topic, partition, key, value, ts if isinstance(ts, int) and not isinstance(ts, bool) and ts >= 0
+                  else None)
+
+
+def record_ids(record: Any) -> list[str]:
+    """The documents a record is about: a quarantined item's ``ids``, or a page event's id."""
+    if not isinstance(record, dict):
+        return []
+    if isinstance(record.get("ids"), list):
+        return [str(i) for i in record["ids"]]
+    try:
+        doc = json.loads(base64.b64decode(record.get("original_b64") or ""))
+    except (ValueError, TypeError, binascii.Error):
+        return []
+    return [str(doc["id"])] if isinstance(doc, dict) and "id" in doc else []
+
+
+def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: Iterable[str] = (),
+            from_beginning: bool = False, dry_run: bool = False,
+            echo: Callable[[str], None] | None = None, timeout: float = 30.0) -> dict[str, int]:
+    """Send the dead-letter records of ``reasons`` (about ``ids`` only, when given) back to their
+    sources; returns counts (``redriven.<reason>``, ``skipped.<reason>``, ``unredrivable``, ``read``).
+    Raises RuntimeError when the topic cannot be read or a send is not acknowledged (nothing is
+    committed then: the next run sends the same records again)."""
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+
+    wanted, only = set(reasons), set(ids)
+    dlq = settings.topics.dlq
+    c = consumer(settings, f"{settings.worker.app_id}-redrive", **{"enable.partition.eof": True})
+    p = None if dry_run else producer(settings)
+    failures: list[str] = []
+    counts: Counter[str] = Counter()
+    sizes: dict[str, int | None] = {}
+
+    def partitions(topic: str) -> int | None:
+        if topic not in sizes:
+            md = c.list_topics(topic, timeout=timeout).topics.get(topic)
+            sizes[topic] = len(md.partitions) if md is not None and md.error is None and md.partitions else None
+        return sizes[topic]
+
+    def on_delivery(err, _msg) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    try:
+        if partitions(dlq) is None:
+            raise RuntimeError(f"dead-letter topic {dlq!r} does not exist (run `stream-dedup topics apply`)")
+        tps = [TopicPartition(dlq, i) for i in range(partitions(dlq) or 0)]
+        ends = {tp.partition: c.get_watermark_offsets(tp, timeout=timeout)[1] for tp in tps}
+        starts = {tp.partition: OFFSET_BEGINNING if from_beginning or tp.offset < 0 else tp.offset
+                  for tp in c.committed(tps, timeout=timeout)}
+        left = {i for i, end in ends.items() if end > 0}
+        c.assign([TopicPartition(dlq, i, starts[i]) for i in left])
+        while left:
+            msg = c.poll(timeout)
+            if msg is None:
+                raise RuntimeError(f"{dlq!r}: no message for {timeout:.0f} s before the end it had at the start")
+            if msg.error():
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"cannot read {dlq!r}: {msg.error()}")
+                left.discard(msg.partition())
+                continue
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                left.discard(msg.partition())
+            if msg.offset() >= ends[msg.partition()]:
+                continue  # arrived after the start: the next run's
+            counts["read"] += 1
+            try:
+                record = json.loads(msg.value() or b"")
+            except ValueError:
+                record = None
+            reason = record.get("reason") if isinstance(record, dict) else None
+            if reason not in wanted or (only and not only.intersection(record_ids(record))):
+                counts[f"skipped.{reason}"] += 1
+                continue
+            try:
+                t = target(record, msg.key(), settings.topics.pages, partitions)
+            except NotRedrivable as e:
+                counts["unredrivable"] += 1
+                if echo is not None:
+                    echo(f"{dlq}[{msg.partition()}]@{msg.offset()}: not sent back: {e}")
+                continue
+            counts[f"redriven.{reason}"] += 1
+            if echo is not None:
+                where = t.topic if t.partition is None else f"{t.topic}[{t.partition}]"
+                echo(f"{dlq}[{msg.partition()}]@{msg.offset()}: {reason} {record_ids(record)} -> {where}")
+            if p is not None:
+                kw: dict[str, Any] = {"on_delivery": on_delivery}
+                if t.partition is not None:
+                    kw["partition"] = t.partition
+                if t.timestamp is not None:
+                    kw["timestamp"] = t.timestamp
+                send(p, t.topic, t.value, t.key, **kw)
+        if p is not None:
+            remaining = p.flush(timeout)
+            if remaining or failures:
+                raise RuntimeError(f"{remaining + len(failures)} records were not sent back: "
+                                   f"{failures[:3] or 'flush timed out'}; nothing is committed")
+            done = [TopicPartition(dlq, i, end) for i, end in ends.items() if end > 0]
+            if done:
+                c.commit(offsets=done, asynchronous=False)
+    except KafkaException as e:  # no broker, no rights, a commit refused: nothing half done is committed
+        raise RuntimeError(f"redrive from {dlq!r} failed: {e}") from None
+    finally:
+        c.close()
+    return dict(counts)
