@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable
 
 from .config import Settings
 from .kafka_io import consumer, producer, send
+from .stream.quarantine import item_ids
 
 # the reasons that a fixed bug cures; the others are the data's, and a resend is rejected again
 BUG_REASONS = ("quarantined", "internal_error")
@@ -62,7 +63,7 @@ def target(record: Any, key: bytes | None, pages: str, partitions: Callable[[str
     if not isinstance(topic, str):
         raise NotRedrivable(f"source topic {topic!r} is not a name")
     partition = record.get("partition")
-    if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool) or partition < 0):
+    if partition is not None and not _natural(partition):
         raise NotRedrivable(f"source partition {partition!r} is not a partition number")
     count = partitions(topic)
     if count is None:
@@ -70,21 +71,26 @@ def target(record: Any, key: bytes | None, pages: str, partitions: Callable[[str
     if partition is not None and partition >= count:
         raise NotRedrivable(f"source partition {topic}[{partition}] does not exist ({count} partitions)")
     ts = record.get("timestamp")
-    return Target(topic, partition, key, value, ts if isinstance(ts, int) and not isinstance(ts, bool) and ts >= 0
-                  else None)
+    return Target(topic, partition, key, value, ts if _natural(ts) else None)
+
+
+def _natural(v: Any) -> bool:
+    """A partition number or a time in ms: an int (not a bool) >= 0."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def record_ids(record: Any) -> list[str]:
-    """The documents a record is about: a quarantined item's ``ids``, or a page event's id."""
+    """The documents a record is about: a quarantined item's ``ids``, or a page event's id (read as
+    the quarantine reads a pages message's)."""
     if not isinstance(record, dict):
         return []
     if isinstance(record.get("ids"), list):
         return [str(i) for i in record["ids"]]
     try:
-        doc = json.loads(base64.b64decode(record.get("original_b64") or ""))
-    except (ValueError, TypeError, binascii.Error):
+        raw = base64.b64decode(record.get("original_b64") or "")
+    except (TypeError, binascii.Error):
         return []
-    return [str(doc["id"])] if isinstance(doc, dict) and "id" in doc else []
+    return item_ids("prepare", raw)
 
 
 def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: Iterable[str] = (),
@@ -121,8 +127,9 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
         ends = {tp.partition: c.get_watermark_offsets(tp, timeout=timeout)[1] for tp in tps}
         starts = {tp.partition: OFFSET_BEGINNING if from_beginning or tp.offset < 0 else tp.offset
                   for tp in c.committed(tps, timeout=timeout)}
-        left = {i for i, end in ends.items() if end > 0}
-        c.assign([TopicPartition(dlq, i, starts[i]) for i in left])
+        nonempty = [i for i, end in ends.items() if end > 0]
+        left = set(nonempty)
+        c.assign([TopicPartition(dlq, i, starts[i]) for i in nonempty])
         while left:
             msg = c.poll(timeout)
             if msg is None:
@@ -142,7 +149,8 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
             except ValueError:
                 record = None
             reason = record.get("reason") if isinstance(record, dict) else None
-            if reason not in wanted or (only and not only.intersection(record_ids(record))):
+            about = record_ids(record) if reason in wanted else []
+            if reason not in wanted or (only and not only.intersection(about)):
                 counts[f"skipped.{reason}"] += 1
                 continue
             try:
@@ -155,7 +163,7 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
             counts[f"redriven.{reason}"] += 1
             if echo is not None:
                 where = t.topic if t.partition is None else f"{t.topic}[{t.partition}]"
-                echo(f"{dlq}[{msg.partition()}]@{msg.offset()}: {reason} {record_ids(record)} -> {where}")
+                echo(f"{dlq}[{msg.partition()}]@{msg.offset()}: {reason} {about} -> {where}")
             if p is not None:
                 kw: dict[str, Any] = {"on_delivery": on_delivery}
                 if t.partition is not None:
@@ -168,9 +176,8 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
             if remaining or failures:
                 raise RuntimeError(f"{remaining + len(failures)} records were not sent back: "
                                    f"{failures[:3] or 'flush timed out'}; nothing is committed")
-            done = [TopicPartition(dlq, i, end) for i, end in ends.items() if end > 0]
-            if done:
-                c.commit(offsets=done, asynchronous=False)
+            if nonempty:
+                c.commit(offsets=[TopicPartition(dlq, i, ends[i]) for i in nonempty], asynchronous=False)
     except KafkaException as e:  # no broker, no rights, a commit refused: nothing half done is committed
         raise RuntimeError(f"redrive from {dlq!r} failed: {e}") from None
     finally:

@@ -292,8 +292,7 @@ def test_a_document_that_fails_every_time_is_quarantined_and_the_rest_goes_on(ka
         assert sent.returncode == 0, sent.stderr
         again = subprocess.run(redrive, env=settings_env(kafka_settings), capture_output=True, text=True, timeout=120)
         assert again.returncode == 0, again.stderr
-        fixed = read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: poison in latest(ms),
-                         timeout=300)
+        read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: poison in latest(ms), timeout=300)
         time.sleep(3)  # revisions still in flight (the copies that the poison document precedes)
         fixed = latest(read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: False, timeout=30,
                                 idle=5))
