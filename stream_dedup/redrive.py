@@ -65,6 +65,10 @@ def target(record: Any, key: bytes | None, pages: str, partitions: Callable[[str
     partition = record.get("partition")
     if partition is not None and not _natural(partition):
         raise NotRedrivable(f"source partition {partition!r} is not a partition number")
+    if record.get("original_truncated") is True:  # see stream/dead_letters.py
+        raise NotRedrivable(f"the record keeps only the first {len(value)} of the original's "
+                            f"{record.get('original_bytes')} bytes; the whole original is at "
+                            f"{topic}[{partition}]@{record.get('offset')} while that topic keeps it")
     count = partitions(topic)
     if count is None:
         raise NotRedrivable(f"source topic {topic!r} does not exist")

@@ -19,7 +19,6 @@ partition (index: ``stages.key_partition``), by document id (decide). All decidi
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import json
 import logging
@@ -50,9 +49,10 @@ from ..core.verdict import json_record
 from ..kafka_io import client_config
 from .changelog import BulkSender, Record, TableMapping
 from .credentials import faust_credentials
+from .dead_letters import dead_letter_record
 from .gaps import GapFiller, Msg, confluent_committed, confluent_fetch
 from .quarantine import FILE_NAME, REASON, FailureJournal, counts_as_poison, dead_letter, item_ids, split_items
-from . import drain, heap, rocks
+from . import delivery, drain, heap, rocks
 from .metrics import Metrics
 from .watchdog import EXIT_FAILED, EXIT_STALLED, ChangelogIdleFilter, StallDetector, nudge_target
 
@@ -146,6 +146,7 @@ def _fetch_wait_from_settings() -> None:
 
 
 _fetch_wait_from_settings()
+delivery.install()  # a commit waits for the deliveries of what it commits, and stops after a failure
 drain.install()  # the fetcher hands messages to the streams without four tasks each (stream/drain.py)
 
 
@@ -244,7 +245,11 @@ def build_app(settings: Settings) -> faust.App:
     # (stream/changelog.py); under exactly-once, Faust's per-message path keeps them in its transactions
     # aiokafka's producer under Faust's (private: Faust's producer type does not declare it)
     bulk = (lambda: cast(Any, app.producer)._ensure_producer()) if w.processing_guarantee == "at_least_once" else None
-    sender = BulkSender(bulk) if bulk is not None else None
+    # every delivery of what the worker sends is watched: after a failure no offset is committed, and
+    # the worker stops for a restart that replays them (stream/delivery.py)
+    guard = delivery.DeliveryGuard(lambda what, e: delivery_failed(what, e)) if bulk is not None else None
+    app.stream_dedup_delivery_guard = guard  # type: ignore[attr-defined]
+    sender = BulkSender(bulk, guard.watch if guard is not None else None) if bulk is not None else None
     exact_map, index_map, decide_map = (TableMapping(t_, bulk, sender) for t_ in (exact_t, index_t, decide_t))
     exact_by_part: dict[int, ExactStore] = {}
     # index and decide write through a per-batch write-back layer (see WriteBack): one changelog
@@ -453,16 +458,18 @@ def build_app(settings: Settings) -> faust.App:
                          e: BaseException, attempts: int, known: bool) -> None:
         """Send a poison item to the dead-letter topic and wait for the broker's ack: only then may
         its message be committed."""
-        record = dead_letter(stage, m, item, value, e, attempts, known, timestamp_ms(msg))
         if stopping:
             raise RuntimeError("the worker is stopping")
-        futs = await publish(dlq, [(msg.key, json.dumps(record).encode())])
+        futs = await publish(dlq, [(msg.key, dead_letter(stage, m, item, value, e, attempts, known,
+                                                         timestamp_ms(msg)))])
         await asyncio.wait(set(futs))
         for f in futs:
             f.result()
-        log.error("%s agent: item %d of %s[%d]@%d (documents %s): %s; it is quarantined to %s", stage, item, *m,
-                  record["ids"], record["detail"], dlq.get_topic_name())
-        journal.quarantined(record["ids"])
+        ids = item_ids(stage, value)
+        log.error("%s agent: item %d of %s[%d]@%d (documents %s): the %s stage raised %r (%s); it is quarantined "
+                  "to %s", stage, item, *m, ids, stage, e, "known document" if known else f"attempt {attempts}",
+                  dlq.get_topic_name())
+        journal.quarantined(ids)
         counts["quarantined"] += 1
         counts["dlq"] += 1
         metrics.dlq.labels(REASON).inc()
@@ -480,6 +487,13 @@ def build_app(settings: Settings) -> faust.App:
         log.error("%s agent failed on a batch of %d messages from %s; the batch is held for replay", stage,
                   len(batch), where, exc_info=e)
         exit_for_restart(EXIT_FAILED, f"the {stage} agent failed: {e!r}")
+
+    def delivery_failed(what: str, e: BaseException) -> None:
+        """A record the broker did not take: no commit from now on (``DeliveryGuard``), and a restart."""
+        counts["delivery.failures"] += 1
+        log.error("records to %s were not delivered: %r; no offset is committed from now on", what, e)
+        if not stopping:
+            exit_for_restart(EXIT_FAILED, f"a delivery to {what} failed: {e!r}")
 
     def exit_for_restart(code: int, why: str) -> None:
         """Stop cleanly with ``code`` for the supervisor to restart the worker: it rejoins the group and
@@ -651,10 +665,9 @@ def build_app(settings: Settings) -> faust.App:
                 counts[f"dlq.{reason}"] += 1
                 counts["dlq"] += 1
                 metrics.dlq.labels(reason).inc()
-                await publish(dlq, [(msg.key, json.dumps({
-                    "reason": reason, "detail": detail[:1000], "original_b64": base64.b64encode(raw).decode(),
-                    "topic": msg.topic, "partition": msg.partition, "offset": msg.offset,
-                    "timestamp": timestamp_ms(msg)}).encode())])
+                await publish(dlq, [(msg.key, dead_letter_record(
+                    reason, detail, raw, topic=msg.topic, partition=msg.partition, offset=msg.offset,
+                    timestamp=timestamp_ms(msg)))])
                 continue
             if poison_stage:
                 injected_poison("prepare", p.id)

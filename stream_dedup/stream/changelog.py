@@ -79,8 +79,9 @@ class BulkSender:
     record goes through the public ``send``.
     """
 
-    def __init__(self, producer: Callable[[], Any]):
+    def __init__(self, producer: Callable[[], Any], watch: Callable[[asyncio.Future, str], None] | None = None):
         self.producer = producer
+        self.watch = watch  # told of every delivery future, with its topic and partition (``delivery``)
         self._fast: bool | None = None
         self._hashes = KeyHashes()  # a verdict's key goes to two topics: murmur2 once (see partitioner)
 
@@ -102,7 +103,8 @@ class BulkSender:
                 log.warning("aiokafka's producer internals differ from what BulkSender knows: "
                             "records go through its public send(), one future each")
         if not self._fast:
-            return [Delivery(await producer.send(topic, v, key=k, partition=partition), 0) for k, v in records]
+            return self._watched(topic, partition, [Delivery(await producer.send(topic, v, key=k, partition=partition), 0)
+                                                    for k, v in records])
         from aiokafka.structs import TopicPartition
 
         parts = await producer.client._wait_on_metadata(topic)
@@ -122,7 +124,7 @@ class BulkSender:
         out: list[Delivery] = []
         for part, recs in groups:
             tp = TopicPartition(topic, part)
-            batch, last = None, -1
+            batch, last, first = None, -1, len(out)
             for key, value in recs:
                 queue: Any = None  # the accumulator's open batches of tp
                 if not acc._closed and acc._exception is None:
@@ -142,7 +144,18 @@ class BulkSender:
                 out.append(Delivery(await acc.add_message(tp, key, value, timeout), 0))
             if batch is not None:
                 out.append(Delivery(batch.future, last))
+            self._watched(topic, part, out[first:])
         return out
+
+    def _watched(self, topic: str, partition: int | None, sent: list[Delivery]) -> list[Delivery]:
+        """``sent``, each distinct future of it shown to ``watch``."""
+        if self.watch is not None:
+            seen = None
+            for d in sent:
+                if d.future is not seen:
+                    self.watch(d.future, topic if partition is None else f"{topic}[{partition}]")
+                    seen = d.future
+        return sent
 
 
 class TableMapping(MutableMapping):

@@ -27,7 +27,6 @@ count: the data is not their cause, and they restart the worker as before.
 """
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.stages import Prepared, Probe, ToDecide, index_item, pack_batches, unpack_batch
+from .dead_letters import dead_letter_record
 
 log = logging.getLogger("stream_dedup.worker")
 
@@ -213,12 +213,12 @@ def item_ids(stage: str, value: bytes | None) -> list[str]:
 
 
 def dead_letter(stage: str, m: MessageKey, item: int, value: bytes | None, e: BaseException,
-                attempts: int, known: bool = False, timestamp: int | None = None) -> dict[str, Any]:
-    """The dead-letter record of a quarantined item (``topics/schemas/dlq_record.schema.json``);
-    ``known``: its document had an item quarantined before; ``timestamp``: its message's, in ms
-    (``redrive`` sends it back with the item: an event without a ``ts`` is judged at that time)."""
+                attempts: int, known: bool = False, timestamp: int | None = None) -> bytes:
+    """The dead-letter record of a quarantined item (``topics/schemas/dlq_record.schema.json``,
+    built and bounded by ``dead_letters``); ``known``: its document had an item quarantined before;
+    ``timestamp``: its message's, in ms (``redrive`` sends it back with the item: an event without a
+    ``ts`` is judged at that time)."""
     why = "its document was quarantined before" if known else f"attempt {attempts}"
-    return {"reason": REASON, "detail": f"the {stage} stage raised {e!r} ({why})"[:1000],
-            "original_b64": base64.b64encode(value or b"").decode(), "topic": m[0], "partition": m[1],
-            "offset": m[2], "timestamp": timestamp, "item": item, "stage": stage, "attempts": attempts,
-            "ids": item_ids(stage, value)}
+    return dead_letter_record(REASON, f"the {stage} stage raised {e!r} ({why})", value or b"", topic=m[0],
+                              partition=m[1], offset=m[2], timestamp=timestamp, item=item, stage=stage,
+                              attempts=attempts, ids=item_ids(stage, value))

@@ -149,6 +149,10 @@ def test_nasty_input_through_a_worker_ends_in_verdicts_or_dead_letters(kafka_set
     from ..nasty import nasty_events
 
     corpus = [(n, raw) for n, raw in nasty_events() if len(raw) < 900_000 and not n.startswith("dup-id")]
+    # under the broker's 1 MB limit, and over it in base64: its dead letter keeps the first 675 KB or so
+    # (before stream/dead_letters.py the broker refused the record and the event was lost)
+    big = b'{"id": "big-bad-utf8", "text": "' + b"\xff" * 800_000 + b'"}'
+    corpus.append(("big-bad-utf8", big))
     kafka_settings.topics.partitions = 2
     apply(kafka_settings)
     workers = Workers(kafka_settings, tmp_path, supervise=False)
@@ -179,6 +183,61 @@ def test_nasty_input_through_a_worker_ends_in_verdicts_or_dead_letters(kafka_set
     assert all(r["reason"] and r["original_b64"] is not None for r in d)
     reasons = {r["reason"] for r in d}
     assert {"not_json", "bad_utf8", "html_too_deep", "bad_id", "empty_text"} <= reasons, reasons
+    cut = [r for r in d if r["original_truncated"]]
+    assert [r["original_bytes"] for r in cut] == [len(big)] and cut[0]["reason"] == "bad_utf8"
+    kept = base64.b64decode(cut[0]["original_b64"])
+    assert 600_000 < len(kept) < len(big) and big.startswith(kept)
+    assert all(base64.b64decode(r["original_b64"]) in {raw for _, raw in corpus} for r in d if r not in cut)
+
+
+def test_a_record_the_broker_refuses_stops_the_commits_and_the_restart_replays_it(kafka_settings, tmp_path):
+    """At least once holds when a send fails for good. The answers topic is set to take no record
+    (``max.message.bytes`` 0: the broker refuses every batch, a non-retriable error), so the
+    index stage's answers, which it sends without waiting, cannot be delivered. Without
+    ``stream/delivery.py`` the worker went on, committed the probes' offsets and the documents never
+    got verdicts. Now it must not commit past them and must exit with code 70; once the topic takes
+    records again, the restarted worker replays the probes and every event gets its verdict."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    from stream_dedup.kafka_io import admin
+
+    kafka_settings.topics.partitions = 1
+    apply(kafka_settings)
+    answers = f"{kafka_settings.topics.internal_prefix}.answers"
+
+    def limit(op: AlterConfigOpType, value: str | None) -> None:
+        res = ConfigResource(ConfigResource.Type.TOPIC, answers, incremental_configs=[
+            ConfigEntry("max.message.bytes", value, incremental_operation=op)])
+        client = admin(kafka_settings)  # held: a collected client abandons its requests
+        for fut in client.incremental_alter_configs([res]).values():
+            fut.result(timeout=30)
+
+    text = "市图书馆新馆将于下月正式开放，设有少儿阅览区和自习室，开放时间为每天上午九点到晚上九点。"
+    events = [{"id": "orig", "text": text, "ts": 1}, {"id": "copy", "text": text, "ts": 2},
+              {"id": "other", "text": "本周末全市气温回升，最高气温将达到二十五摄氏度，市民出行注意防晒。", "ts": 3}]
+    limit(AlterConfigOpType.SET, "0")
+    workers = Workers(kafka_settings, tmp_path, supervise=False)
+    try:
+        workers.start("w0")
+        produce_events(kafka_settings, events)
+        try:
+            code = workers.procs["w0"].wait(180)
+        except subprocess.TimeoutExpired:
+            code = None
+        log = (tmp_path / "w0.log").read_text(errors="replace")
+        assert code == 70, f"the worker went on past an undelivered answer (exit {code}):\n" + workers.logs()
+        assert f"records to {answers}[0] were not delivered" in log, workers.logs()
+        workers.procs.pop("w0")
+        limit(AlterConfigOpType.DELETE, None)
+        workers.start("w0")
+        got = latest(read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= 3,
+                              timeout=180))
+    finally:
+        workers.stop_all()
+        limit(AlterConfigOpType.DELETE, None)
+    assert sorted(got) == ["copy", "orig", "other"], workers.logs()
+    assert got["copy"]["duplicate_of"] == "orig" and got["copy"]["match"] == "exact"
+    assert got["orig"]["verdict"] == got["other"]["verdict"] == "unique"
 
 
 def test_a_stalled_pages_partition_is_nudged_back_without_a_restart(kafka_settings, tmp_path):

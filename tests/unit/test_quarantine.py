@@ -158,13 +158,13 @@ def test_a_pages_message_is_one_item():
 def test_the_dead_letter_record_keeps_the_item_and_says_why(probes_message):
     message, ids = probes_message
     single = split_items("index", message)[0]
-    rec = dead_letter("index", ("dedup.probes", 0, 123), 0, single, RuntimeError("boom"), 3)
+    rec = json.loads(dead_letter("index", ("dedup.probes", 0, 123), 0, single, RuntimeError("boom"), 3))
     SCHEMA.validate(rec)
     assert rec["reason"] == REASON
     assert base64.b64decode(rec["original_b64"]) == single
     assert rec["ids"] == [ids[0]]
     assert rec["detail"] == "the index stage raised RuntimeError('boom') (attempt 3)"
-    again = dead_letter("index", ("dedup.probes", 1, 7), 4, single, RuntimeError("boom"), 1, known=True)
+    again = json.loads(dead_letter("index", ("dedup.probes", 1, 7), 4, single, RuntimeError("boom"), 1, known=True))
     SCHEMA.validate(again)
     assert "its document was quarantined before" in again["detail"] and again["attempts"] == 1
     assert (rec["topic"], rec["partition"], rec["offset"], rec["item"], rec["stage"]) == ("dedup.probes", 0, 123, 0,

@@ -1,0 +1,86 @@
+"""At least once for every record a worker sends: an offset is committed only after its output is delivered.
+
+Why: under at-least-once a stage does not wait for most of what it sends (probes, answers, the
+tables' changelog records, the dead letters of rejected events): the next batch starts while they
+are on their way, and Faust's commit flushes the producer before it commits the consumed offsets.
+But a flush waits for deliveries to end, not to succeed. A record that the broker refused for good
+(a non-retriable error: a record over the topic's size limit, a lost authorization, a batch that
+expired after ``producer_request_timeout``) was dropped while the offsets of the messages that made
+it were committed: its document lost an answer, an offer or its dead letter, and no replay would
+bring it back (found on 2026-11-29 with a rejected event of 800 KB whose dead letter was over the
+broker's limit: `bench/HISTORY.md`, thirtieth stop).
+
+The ``DeliveryGuard`` watches every delivery of the worker's ``BulkSender``. A commit first waits
+for the deliveries still on their way (all the output of the offsets it commits was sent before
+they were acked), and does not go through once one of them has failed; the failure stops the
+worker for a restart (``EXIT_FAILED``), which replays every message since the last commit, as
+after a crash (the stages are idempotent). A failure that repeats on every replay (a record that
+will never fit) then shows as a worker that keeps restarting and logs why, not as silent loss.
+Under exactly-once, Faust's transactions do this themselves: a transaction with a failed send does
+not commit.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable, Mapping
+
+log = logging.getLogger("stream_dedup.worker")
+
+
+class DeliveryGuard:
+    """The deliveries on their way, and the first one that failed."""
+
+    def __init__(self, on_failure: Callable[[str, BaseException], None]):
+        self.on_failure = on_failure  # called once, with what was being sent and why it failed
+        self.pending: set[asyncio.Future] = set()
+        self.failure: BaseException | None = None
+        self.refused = 0  # commits not made since the failure
+
+    def watch(self, fut: asyncio.Future, what: str) -> None:
+        """Follow the delivery ``fut`` of records to ``what`` (a topic and partition, for the log)."""
+        if fut.done():
+            self._done(what, fut)
+            return
+        self.pending.add(fut)
+        fut.add_done_callback(lambda f: self._done(what, f))
+
+    def _done(self, what: str, fut: asyncio.Future) -> None:
+        self.pending.discard(fut)
+        exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
+        if exc is None or self.failure is not None:
+            return
+        self.failure = exc
+        self.on_failure(what, exc)
+
+    async def may_commit(self) -> bool:
+        """Wait for the deliveries on their way; whether all of them, and all before, succeeded."""
+        if self.pending:
+            await asyncio.wait(set(self.pending))
+        if self.failure is None:
+            return True
+        self.refused += 1
+        return False
+
+
+def install() -> None:
+    """Make Faust's aiokafka consumer ask the app's guard (``app.stream_dedup_delivery_guard``)
+    before each commit. ``Consumer._commit`` is the one call that commits offsets, after Faust's
+    flush of the producer; an app without a guard (exactly-once) commits as before."""
+    from faust.transport.drivers.aiokafka import Consumer
+
+    commit = Consumer._commit
+    if getattr(commit, "stream_dedup", False):
+        return
+
+    async def guarded_commit(self: Any, offsets: Mapping[Any, int]) -> bool:
+        guard: DeliveryGuard | None = getattr(self.app, "stream_dedup_delivery_guard", None)
+        if guard is not None and not await guard.may_commit():
+            if guard.refused == 1:
+                log.warning("offsets not committed: a delivery failed (%r); every message since the last "
+                            "commit is replayed after the restart", guard.failure)
+            return False
+        return await commit(self, offsets)
+
+    guarded_commit.stream_dedup = True  # type: ignore[attr-defined]
+    Consumer._commit = guarded_commit  # type: ignore[method-assign]

@@ -1,0 +1,120 @@
+"""Dead-letter records that always fit in a Kafka message (stream/dead_letters.py), and the guard that
+stops the commits after a failed delivery (stream/delivery.py).
+
+On a real broker: tests/integration/test_worker_ops.py::test_nasty_input_through_a_worker_ends_in_verdicts_or_dead_letters
+(an 800 KB rejected event) and ::test_a_record_the_broker_refuses_stops_the_commits_and_the_restart_replays_it.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+from aiokafka.errors import MessageSizeTooLargeError
+
+from stream_dedup.redrive import NotRedrivable, target
+from stream_dedup.stream.dead_letters import MAX_RECORD_BYTES, dead_letter_record
+from stream_dedup.stream.delivery import DeliveryGuard
+
+SCHEMA = jsonschema.Draft202012Validator(json.loads(
+    (Path(__file__).resolve().parents[2] / "topics" / "schemas" / "dlq_record.schema.json").read_text()))
+EVENT = json.dumps({"id": "新闻-1", "text": "國務院新聞辦公室今天舉行發布會。" * 4}, ensure_ascii=False).encode()
+
+
+def record(original: bytes, **kw) -> dict:
+    return json.loads(dead_letter_record("internal_error", "RuntimeError('boom')", original, topic="pages",
+                                         partition=2, offset=41, timestamp=1764288000123, **kw))
+
+
+def test_an_original_that_fits_is_kept_whole():
+    r = record(EVENT)
+    SCHEMA.validate(r)
+    assert base64.b64decode(r["original_b64"]) == EVENT
+    assert (r["original_bytes"], r["original_truncated"]) == (len(EVENT), False)
+    assert (r["topic"], r["partition"], r["offset"], r["timestamp"]) == ("pages", 2, 41, 1764288000123)
+
+
+@pytest.mark.parametrize("size", [674_000, 700_000, 800_000, 1_048_000, 8 << 20])
+def test_a_record_is_never_over_the_bound_and_says_when_its_original_is_cut(size):
+    """An original of 800 KB made a 1.07 MB record, which the broker refused (its limit is 1 MB)."""
+    original = bytes(range(256)) * (size // 256) + EVENT[: size % 256]
+    value = dead_letter_record("bad_utf8", "x" * 5000, original, topic="pages", partition=0, offset=7,
+                               timestamp=None, ids=["a" * 100] * 50)
+    assert len(value) <= MAX_RECORD_BYTES
+    r = json.loads(value)
+    SCHEMA.validate(r)
+    kept = base64.b64decode(r["original_b64"])
+    assert r["original_truncated"] is (kept != original) and r["original_bytes"] == size
+    assert original.startswith(kept) and len(value) > MAX_RECORD_BYTES - 8  # as much kept as fits
+    assert len(r["detail"]) == 1000
+
+
+def test_a_tighter_bound_cuts_sooner_and_a_cut_original_is_not_redriven():
+    r = record(EVENT, max_bytes=400)
+    assert r["original_truncated"] and 0 < len(base64.b64decode(r["original_b64"])) < len(EVENT)
+    with pytest.raises(NotRedrivable, match=re.escape(f"of the original's {len(EVENT)} bytes; the whole original "
+                                                      "is at pages[2]@41")):
+        target(r, None, "pages", lambda topic: 4)
+    assert target(record(EVENT), None, "pages", lambda topic: 4).value == EVENT
+
+
+def run(coro):
+    return asyncio.new_event_loop().run_until_complete(coro)
+
+
+def test_the_guard_lets_commits_through_once_the_deliveries_on_their_way_succeed():
+    failures: list = []
+
+    async def go():
+        guard = DeliveryGuard(lambda what, e: failures.append((what, e)))
+        loop = asyncio.get_running_loop()
+        futs = [loop.create_future() for _ in range(3)]
+        for i, f in enumerate(futs):
+            guard.watch(f, f"pages.answers[{i}]")
+        for i, f in enumerate(futs):
+            loop.call_later(0.01 * (i + 1), f.set_result, None)
+        ok = await guard.may_commit()  # waits for all three
+        return ok, all(f.done() for f in futs), len(guard.pending)
+
+    assert run(go()) == (True, True, 0)
+    assert failures == []
+
+
+def test_one_failed_delivery_stops_every_later_commit_and_is_reported_once():
+    failures: list = []
+
+    async def go():
+        guard = DeliveryGuard(lambda what, e: failures.append((what, e)))
+        loop = asyncio.get_running_loop()
+        good, bad, later = loop.create_future(), loop.create_future(), loop.create_future()
+        guard.watch(good, "t[0]")
+        guard.watch(bad, "t[1]")
+        loop.call_later(0.01, good.set_result, None)
+        loop.call_later(0.02, bad.set_exception, MessageSizeTooLargeError())
+        first = await guard.may_commit()
+        guard.watch(later, "t[2]")
+        later.set_exception(MessageSizeTooLargeError())  # a second failure: no second report
+        await asyncio.sleep(0)
+        return first, await guard.may_commit(), guard.refused
+
+    assert run(go()) == (False, False, 2)
+    assert [(what, type(e)) for what, e in failures] == [("t[1]", MessageSizeTooLargeError)]
+
+
+def test_a_cancelled_or_already_failed_delivery_counts_as_failed():
+    for settle in (lambda f: f.cancel(), lambda f: f.set_exception(MessageSizeTooLargeError())):
+        failures: list = []
+
+        async def go():
+            guard = DeliveryGuard(lambda what, e: failures.append(e))
+            f = asyncio.get_running_loop().create_future()
+            settle(f)
+            await asyncio.sleep(0)
+            guard.watch(f, "t[0]")  # done before it is watched
+            return await guard.may_commit()
+
+        assert run(go()) is False and len(failures) == 1
