@@ -194,6 +194,9 @@ def build_app(settings: Settings) -> faust.App:
         broker_commit_every=1000,
         broker_commit_interval=1.0,
         producer_linger=w.producer_linger_ms / 1000,
+        # a state record can be up to 4.4 MB (topics.toml: the changelogs take 8 MiB); the bulk path
+        # never checked this limit, aiokafka's send() does
+        producer_max_request_size=8 << 20,
         producer_compression_type=None if w.producer_compression == "none" else w.producer_compression,
         stream_wait_empty=False,
         table_cleanup_interval=60.0,

@@ -118,3 +118,29 @@ def test_a_cancelled_or_already_failed_delivery_counts_as_failed():
             return await guard.may_commit()
 
         assert run(go()) is False and len(failures) == 1
+
+
+def test_the_largest_state_record_a_worker_can_write_fits_its_changelog_topic():
+    """With the guard, a changelog record the broker refuses stops the worker at every replay, so each
+    must fit: the largest bucket (``max_bucket`` entries of 1,024-character ids of 4-byte characters
+    and the largest inline payloads) and the largest decide state (``MAX_MEMBERS`` such members) are
+    over Kafka's default 1 MB limit, and under the changelog topics' ``max.message.bytes``."""
+    from stream_dedup.config import Settings
+    from stream_dedup.core.index import INLINE_MAX, BucketIndex, pack_entries
+    from stream_dedup.core.stages import DocStates
+    from stream_dedup.core.verdict import MAX_MEMBERS, DocState
+    from stream_dedup.topics import load_specs
+
+    settings = Settings()
+    limits = {s.name: int(s.config.get("max.message.bytes", 1_048_588)) for s in load_specs(settings)}
+    prefix = settings.topics.internal_prefix
+    long_id = "\U0001f600" * 1024
+    bucket = pack_entries([(1764288000123 + i, long_id[:-4] + f"{i:04d}", b"\xff" * INLINE_MAX)
+                           for i in range(BucketIndex({}, window=1).max_bucket)])
+    states: dict = {}
+    DocStates(states)[long_id] = DocState(long_id, 1, members={long_id[:-4] + f"{i:04d}": [1764288000123, 1.5]
+                                                               for i in range(MAX_MEMBERS)}, snippet="新" * 200)
+    state = next(iter(states.values()))
+    assert len(bucket) > 1_048_588 and len(state) > 1_048_588
+    assert len(bucket) + 4 * 1024 < limits[f"{prefix}.index-changelog"]
+    assert len(state) + 4 * 1024 < limits[f"{prefix}.decide-changelog"]
