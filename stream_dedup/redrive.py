@@ -3,8 +3,9 @@
 Why: a quarantined item (``stream/quarantine.py``) and an event whose preparation raised
 (``internal_error``) are the work of a bug, not of bad data; after the fix their documents should
 get the verdicts they missed. Each dead-letter record holds the item's bytes as the stage read
-them, its source topic and partition, and the message key; sent back there, the stage works on it
-again. The stages are idempotent (a replayed message changes nothing that was done), so sending
+them (or, for an original over about 670 KB, their start and the offset of the source message,
+which is read for the rest: ``target``), its source topic and partition, and the message key;
+sent back there, the stage works on it again. The stages are idempotent (a replayed message changes nothing that was done), so sending
 a record twice is harmless, and the verdict rule does not depend on arrival order, so a document
 judged late gets the verdict it would have got in order (with revisions of the later copies it
 turns out to precede).
@@ -47,12 +48,19 @@ class NotRedrivable(ValueError):
     """A record that cannot be sent back (no bytes, or a source that does not exist)."""
 
 
-def target(record: Any, key: bytes | None, pages: str, partitions: Callable[[str], int | None]) -> Target:
+Fetch = Callable[[str, int, int], bytes | None]  # (topic, partition, offset) -> the message's value
+
+
+def target(record: Any, key: bytes | None, pages: str, partitions: Callable[[str], int | None],
+           fetch: Fetch | None = None) -> Target:
     """The source topic and partition of a dead-letter record, with its key and original bytes.
 
     ``partitions(topic)``: how many partitions the topic has now (None: no such topic). Why the same
     partition and not the key: internal topics are routed by band key or digest, not by the
-    message key, and the pages topic's producers may hash keys differently from this client."""
+    message key, and the pages topic's producers may hash keys differently from this client.
+    A record whose original was cut to fit (``original_truncated``, ``stream/dead_letters.py``)
+    gets the whole of it from its source message, read with ``fetch`` at the record's offset: it
+    must be as long as ``original_bytes`` and begin with the bytes the record kept."""
     if not isinstance(record, dict):
         raise NotRedrivable("not a dead-letter record (not a JSON object)")
     try:
@@ -65,10 +73,8 @@ def target(record: Any, key: bytes | None, pages: str, partitions: Callable[[str
     partition = record.get("partition")
     if partition is not None and not _natural(partition):
         raise NotRedrivable(f"source partition {partition!r} is not a partition number")
-    if record.get("original_truncated") is True:  # see stream/dead_letters.py
-        raise NotRedrivable(f"the record keeps only the first {len(value)} of the original's "
-                            f"{record.get('original_bytes')} bytes; the whole original is at "
-                            f"{topic}[{partition}]@{record.get('offset')} while that topic keeps it")
+    if record.get("original_truncated") is True:
+        value = _whole(record, value, topic, partition, fetch)
     count = partitions(topic)
     if count is None:
         raise NotRedrivable(f"source topic {topic!r} does not exist")
@@ -76,6 +82,23 @@ def target(record: Any, key: bytes | None, pages: str, partitions: Callable[[str
         raise NotRedrivable(f"source partition {topic}[{partition}] does not exist ({count} partitions)")
     ts = record.get("timestamp")
     return Target(topic, partition, key, value, ts if _natural(ts) else None)
+
+
+def _whole(record: dict, kept: bytes, topic: str, partition: int | None, fetch: Fetch | None) -> bytes:
+    """The whole original of a record that kept only its first bytes, from its source message."""
+    offset, size = record.get("offset"), record.get("original_bytes")
+    where = f"{topic}[{partition}]@{offset}"
+    if partition is None or not isinstance(offset, int) or not _natural(offset) or not _natural(size):
+        raise NotRedrivable(f"the record keeps only the first {len(kept)} bytes of the original and does not "
+                            "say where the whole of it is")
+    whole = fetch(topic, partition, offset) if fetch is not None else None
+    if whole is None:
+        raise NotRedrivable(f"the record keeps only the first {len(kept)} of the original's {size} bytes, "
+                            f"and {where} no longer holds the whole of it")
+    if len(whole) != size or not whole.startswith(kept):
+        raise NotRedrivable(f"the message at {where} is not the record's original ({len(whole)} bytes, not "
+                            f"{size} beginning with the {len(kept)} kept)")
+    return whole
 
 
 def _natural(v: Any) -> bool:
@@ -124,6 +147,19 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
         if err is not None:
             failures.append(str(err))
 
+    sources: list = []  # a consumer of the source topics, for originals cut to fit (``target``)
+
+    def fetch(topic: str, partition: int, offset: int) -> bytes | None:
+        """The value of the message at ``offset``, None when the topic no longer holds it."""
+        if not sources:
+            sources.append(consumer(settings, f"{settings.worker.app_id}-redrive-source"))
+        src = sources[0]
+        src.assign([TopicPartition(topic, partition, offset)])
+        msg = src.poll(timeout)  # a message after it, when it is gone (the reset is "earliest")
+        if msg is None or msg.error() or msg.offset() != offset:
+            return None
+        return msg.value() or b""
+
     try:
         if partitions(dlq) is None:
             raise RuntimeError(f"dead-letter topic {dlq!r} does not exist (run `stream-dedup topics apply`)")
@@ -158,7 +194,7 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
                 counts[f"skipped.{reason}"] += 1
                 continue
             try:
-                t = target(record, msg.key(), settings.topics.pages, partitions)
+                t = target(record, msg.key(), settings.topics.pages, partitions, fetch)
             except NotRedrivable as e:
                 counts["unredrivable"] += 1
                 if echo is not None:
@@ -186,4 +222,6 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
         raise RuntimeError(f"redrive from {dlq!r} failed: {e}") from None
     finally:
         c.close()
+        for src in sources:
+            src.close()
     return dict(counts)

@@ -8,8 +8,8 @@ its offset committed (found on 2026-11-29: `bench/HISTORY.md`, thirtieth stop). 
 most ``MAX_RECORD_BYTES``; an original too long for that keeps its first bytes, and the record says
 so (``original_truncated``, ``original_bytes``). Its ``topic``, ``partition`` and ``offset`` still
 say where the whole original is, for as long as that topic keeps it (`topics/topics.toml`: 7 days
-for the pages topic). Such originals are over 670 KB; the events a worker rejects for their size
-(``oversized``) are larger still, and none of them can be judged as they are.
+for the pages topic), and ``stream-dedup redrive`` reads it from there. Such originals are over
+670 KB.
 """
 from __future__ import annotations
 

@@ -190,6 +190,48 @@ def test_nasty_input_through_a_worker_ends_in_verdicts_or_dead_letters(kafka_set
     assert all(base64.b64decode(r["original_b64"]) in {raw for _, raw in corpus} for r in d if r not in cut)
 
 
+def test_redrive_sends_a_cut_original_back_whole_from_its_source_message(kafka_settings):
+    """A dead letter keeps only the first ~670 KB of a larger original (``stream/dead_letters.py``);
+    ``redrive`` reads the whole of it from the source message the record names and sends that back
+    to the same partition. No worker: the dead letter is the one a worker writes for the event."""
+    from confluent_kafka import TopicPartition
+
+    from stream_dedup.kafka_io import consumer, producer, send
+    from stream_dedup.redrive import redrive
+    from stream_dedup.stream.dead_letters import dead_letter_record
+
+    kafka_settings.topics.partitions = 2
+    apply(kafka_settings)
+    pages, dlq = kafka_settings.topics.pages, kafka_settings.topics.dlq
+    big = json.dumps({"id": "big-page", "text": "长篇报道正文" * 46_000}, ensure_ascii=False).encode()  # 828 KB
+
+    def values(partition: int, n: int) -> list[tuple[int, bytes]]:
+        c = consumer(kafka_settings, f"reader-{time.time_ns()}")
+        c.assign([TopicPartition(pages, partition, 0)])
+        out: list[tuple[int, bytes]] = []
+        deadline = time.time() + 60
+        while len(out) < n and time.time() < deadline:
+            m = c.poll(1.0)
+            if m is not None and not m.error():
+                out.append((m.offset(), m.value()))
+        c.close()
+        return out
+
+    p = producer(kafka_settings)
+    send(p, pages, b'{"id": "small-before", "text": "x"}', b"small-before", partition=1)
+    send(p, pages, big, b"big-page", partition=1)
+    assert p.flush(30) == 0
+    (offset, _), = [(o, v) for o, v in values(1, 2) if v == big]
+    record = dead_letter_record("internal_error", "RuntimeError('boom')", big, topic=pages, partition=1,
+                                offset=offset, timestamp=None)
+    assert json.loads(record)["original_truncated"] and len(record) <= 900_000
+    send(p, dlq, record, b"big-page")
+    assert p.flush(30) == 0
+    counts = redrive(kafka_settings)
+    assert counts == {"read": 1, "redriven.internal_error": 1}, counts
+    assert [v for _, v in values(1, 3)] == [b'{"id": "small-before", "text": "x"}', big, big]
+
+
 def test_a_record_the_broker_refuses_stops_the_commits_and_the_restart_replays_it(kafka_settings, tmp_path):
     """At least once holds when a send fails for good. The answers topic is set to take no record
     (``max.message.bytes`` 0: the broker refuses every batch, a non-retriable error), so the

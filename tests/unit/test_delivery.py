@@ -53,13 +53,25 @@ def test_a_record_is_never_over_the_bound_and_says_when_its_original_is_cut(size
     assert len(r["detail"]) == 1000
 
 
-def test_a_tighter_bound_cuts_sooner_and_a_cut_original_is_not_redriven():
-    r = record(EVENT, max_bytes=400)
-    assert r["original_truncated"] and 0 < len(base64.b64decode(r["original_b64"])) < len(EVENT)
-    with pytest.raises(NotRedrivable, match=re.escape(f"of the original's {len(EVENT)} bytes; the whole original "
-                                                      "is at pages[2]@41")):
-        target(r, None, "pages", lambda topic: 4)
-    assert target(record(EVENT), None, "pages", lambda topic: 4).value == EVENT
+def test_a_cut_original_is_redriven_whole_from_its_source_message_and_only_from_it():
+    r = record(EVENT, max_bytes=400)  # a tighter bound cuts sooner
+    kept = base64.b64decode(r["original_b64"])
+    assert r["original_truncated"] and 0 < len(kept) < len(EVENT) and EVENT.startswith(kept)
+    topics = {("pages", 2, 41): EVENT, ("pages", 2, 42): b"!" + EVENT[1:], ("pages", 2, 43): EVENT + b" "}
+
+    def send_back(rec: dict):
+        return target(rec, b"k", "pages", lambda topic: 4, lambda *at: topics.get(at))
+
+    assert send_back(r).value == EVENT and send_back(r).partition == 2
+    for offset, why in [(7, "pages[2]@7 no longer holds the whole of it"),
+                        (42, f"the message at pages[2]@42 is not the record's original ({len(EVENT)} bytes"),
+                        (43, f"the message at pages[2]@43 is not the record's original ({len(EVENT) + 1} bytes")]:
+        with pytest.raises(NotRedrivable, match=re.escape(why)):
+            send_back(dict(r, offset=offset))
+    for gap in ({"offset": None}, {"partition": None}, {"original_bytes": "many"}):
+        with pytest.raises(NotRedrivable, match="does not say where the whole of it is"):
+            send_back(dict(r, **gap))
+    assert target(record(EVENT), None, "pages", lambda topic: 4).value == EVENT  # whole: nothing fetched
 
 
 def run(coro):
