@@ -5,10 +5,10 @@ Why: a quarantined item (``stream/quarantine.py``) and an event whose preparatio
 get the verdicts they missed. Each dead-letter record holds the item's bytes as the stage read
 them (or, for an original over about 670 KB, their start and the offset of the source message,
 which is read for the rest: ``target``), its source topic and partition, and the message key;
-sent back there, the stage works on it again. The stages are idempotent (a replayed message changes nothing that was done), so sending
-a record twice is harmless, and the verdict rule does not depend on arrival order, so a document
-judged late gets the verdict it would have got in order (with revisions of the later copies it
-turns out to precede).
+sent back there, the stage works on it again. The stages are idempotent (a replayed message
+changes nothing that was done), so sending a record twice is harmless, and the verdict rule does
+not depend on arrival order, so a document judged late gets the verdict it would have got in
+order (with revisions of the later copies it turns out to precede).
 
 The run reads the dead-letter topic in a consumer group of its own (``<app_id>-redrive``) up to
 the end it saw when it started, sends the records of the chosen reasons, waits for the broker's

@@ -103,8 +103,8 @@ class BulkSender:
                 log.warning("aiokafka's producer internals differ from what BulkSender knows: "
                             "records go through its public send(), one future each")
         if not self._fast:
-            return self._watched(topic, partition, [Delivery(await producer.send(topic, v, key=k, partition=partition), 0)
-                                                    for k, v in records])
+            sent = [Delivery(await producer.send(topic, v, key=k, partition=partition), 0) for k, v in records]
+            return self._watched(topic, partition, sent)
         from aiokafka.structs import TopicPartition
 
         parts = await producer.client._wait_on_metadata(topic)
