@@ -986,9 +986,32 @@ def build_app(settings: Settings) -> faust.App:
     return app
 
 
+def ensure_topics(settings: Settings) -> None:
+    """Create the topics of ``topics/topics.toml`` that are missing, as ``stream-dedup topics apply``
+    does, and warn about drift (which, like ``apply``, it never changes).
+
+    Why: a worker started before ``apply`` ran found no probes or answers topic (Faust creates only
+    the tables' changelogs; it waits for a topic it subscribes to, and the outputs go through
+    aiokafka directly), and the broker's auto-creation gave a topic it first wrote to one partition:
+    the prepare agent failed on ``probes has no partition 1`` at every restart. A worker that may not
+    create or describe topics (ACLs), or cannot read the definitions, logs why and goes on as before."""
+    from ..topics import apply
+
+    try:
+        report = apply(settings)
+    except Exception as e:  # noqa: BLE001 - the worker still starts; Faust reports what is missing
+        log.warning("topics not checked against topics/topics.toml (%r); run `stream-dedup topics apply`", e)
+        return
+    for name in report.created:
+        log.info("created topic %s as topics/topics.toml defines it", name)
+    for name, problems in report.drift.items():
+        log.warning("topic %s differs from topics/topics.toml: %s", name, "; ".join(problems))
+
+
 def run_worker(settings: Settings) -> None:
     level = settings.worker.log_level
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ensure_topics(settings)
     heap.limit_arenas(settings.worker.malloc_arena_max)  # before RocksDB's and Kafka's threads start
     logging.getLogger("faust.transport.drivers.aiokafka").addFilter(ChangelogIdleFilter())
     app = build_app(settings)

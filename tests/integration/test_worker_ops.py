@@ -145,6 +145,35 @@ def test_status_metrics_lag_owners_and_worker_counts_then_sigterm_is_graceful(ka
         workers.stop_all()
 
 
+def test_a_worker_started_before_topics_apply_creates_the_topics_and_judges(kafka_settings, tmp_path):
+    """Without `stream-dedup topics apply` first, the worker creates the topics it uses as `apply`
+    would (partitions, retention, the changelogs' 8 MiB records) and judges events; `apply`
+    afterwards creates nothing and finds no drift. Before `app.ensure_topics`, the probes and
+    answers topics were missing and the prepare agent failed at every restart."""
+    from stream_dedup.kafka_io import admin
+    from stream_dedup.topics import load_specs
+
+    kafka_settings.topics.partitions = 2
+    names = sorted(s.name for s in load_specs(kafka_settings))
+    workers = Workers(kafka_settings, tmp_path, supervise=False)
+    try:
+        workers.start("w0")
+        deadline = time.time() + 120
+        while not set(names) <= set(admin(kafka_settings).list_topics(timeout=10).topics):
+            assert time.time() < deadline and workers.procs["w0"].poll() is None, workers.logs()
+            time.sleep(1)
+        produce_events(kafka_settings, [{"id": "first", "text": "市图书馆新馆将于下月正式开放。", "ts": 1}])
+        got = latest(read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(ms) >= 1,
+                              timeout=120))
+        assert workers.procs["w0"].poll() is None, workers.logs()
+    finally:
+        workers.stop_all()
+    assert got["first"]["verdict"] == "unique", workers.logs()
+    report = apply(kafka_settings)
+    assert report.created == [] and report.drift == {}, report.as_dict()
+    assert sorted(report.ok) == names
+
+
 def test_nasty_input_through_a_worker_ends_in_verdicts_or_dead_letters(kafka_settings, tmp_path):
     from ..nasty import nasty_events
 
