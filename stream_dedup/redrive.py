@@ -23,10 +23,11 @@ import binascii
 import json
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeGuard
 
 from .config import Settings
-from .kafka_io import consumer, producer, send
+from .kafka_io import client_config, consumer, producer, send
+from .stream.gaps import confluent_fetch
 from .stream.quarantine import item_ids
 
 # the reasons that a fixed bug cures; the others are the data's, and a resend is rejected again
@@ -88,7 +89,7 @@ def _whole(record: dict, kept: bytes, topic: str, partition: int | None, fetch: 
     """The whole original of a record that kept only its first bytes, from its source message."""
     offset, size = record.get("offset"), record.get("original_bytes")
     where = f"{topic}[{partition}]@{offset}"
-    if partition is None or not isinstance(offset, int) or not _natural(offset) or not _natural(size):
+    if partition is None or not _natural(offset) or not _natural(size):
         raise NotRedrivable(f"the record keeps only the first {len(kept)} bytes of the original and does not "
                             "say where the whole of it is")
     whole = fetch(topic, partition, offset) if fetch is not None else None
@@ -101,7 +102,7 @@ def _whole(record: dict, kept: bytes, topic: str, partition: int | None, fetch: 
     return whole
 
 
-def _natural(v: Any) -> bool:
+def _natural(v: Any) -> TypeGuard[int]:
     """A partition number or a time in ms: an int (not a bool) >= 0."""
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
@@ -147,18 +148,12 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
         if err is not None:
             failures.append(str(err))
 
-    sources: list = []  # a consumer of the source topics, for originals cut to fit (``target``)
+    read = confluent_fetch(client_config(settings))  # the gap filler's reader: no group, nothing committed
 
     def fetch(topic: str, partition: int, offset: int) -> bytes | None:
         """The value of the message at ``offset``, None when the topic no longer holds it."""
-        if not sources:
-            sources.append(consumer(settings, f"{settings.worker.app_id}-redrive-source"))
-        src = sources[0]
-        src.assign([TopicPartition(topic, partition, offset)])
-        msg = src.poll(timeout)  # a message after it, when it is gone (the reset is "earliest")
-        if msg is None or msg.error() or msg.offset() != offset:
-            return None
-        return msg.value() or b""
+        msgs = read(topic, partition, offset, offset + 1)
+        return (msgs[0].value or b"") if msgs and msgs[0].offset == offset else None
 
     try:
         if partitions(dlq) is None:
@@ -222,6 +217,4 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
         raise RuntimeError(f"redrive from {dlq!r} failed: {e}") from None
     finally:
         c.close()
-        for src in sources:
-            src.close()
     return dict(counts)

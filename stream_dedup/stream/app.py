@@ -51,7 +51,8 @@ from .changelog import BulkSender, Record, TableMapping
 from .credentials import faust_credentials
 from .dead_letters import dead_letter_record
 from .gaps import GapFiller, Msg, confluent_committed, confluent_fetch
-from .quarantine import FILE_NAME, REASON, FailureJournal, counts_as_poison, dead_letter, item_ids, split_items
+from .quarantine import (FILE_NAME, REASON, FailureJournal, counts_as_poison, dead_letter, item_ids,
+                         quarantine_detail, split_items)
 from . import delivery, drain, heap, rocks
 from .metrics import Metrics
 from .watchdog import EXIT_FAILED, EXIT_STALLED, ChangelogIdleFilter, StallDetector, nudge_target
@@ -250,9 +251,12 @@ def build_app(settings: Settings) -> faust.App:
     bulk = (lambda: cast(Any, app.producer)._ensure_producer()) if w.processing_guarantee == "at_least_once" else None
     # every delivery of what the worker sends is watched: after a failure no offset is committed, and
     # the worker stops for a restart that replays them (stream/delivery.py)
-    guard = delivery.DeliveryGuard(lambda what, e: delivery_failed(what, e)) if bulk is not None else None
+    guard: delivery.DeliveryGuard | None = None
+    sender: BulkSender | None = None
+    if bulk is not None:
+        guard = delivery.DeliveryGuard(lambda what, e: delivery_failed(what, e))
+        sender = BulkSender(bulk, guard.watch)
     app.stream_dedup_delivery_guard = guard  # type: ignore[attr-defined]
-    sender = BulkSender(bulk, guard.watch if guard is not None else None) if bulk is not None else None
     exact_map, index_map, decide_map = (TableMapping(t_, bulk, sender) for t_ in (exact_t, index_t, decide_t))
     exact_by_part: dict[int, ExactStore] = {}
     # index and decide write through a per-batch write-back layer (see WriteBack): one changelog
@@ -438,7 +442,7 @@ def build_app(settings: Settings) -> faust.App:
                         failed(stage, batch[i:], e)
                         return False
                     try:
-                        await quarantine(stage, m, j, msg, value, e, attempts, known)
+                        await quarantine(stage, m, j, msg, value, e, attempts, known, ids)
                         j += 1
                         continue
                     except Exception as e2:  # noqa: BLE001 - the dead letter did not go out: replay
@@ -458,20 +462,18 @@ def build_app(settings: Settings) -> faust.App:
             return [msg.value or b""]
 
     async def quarantine(stage: str, m: tuple[str, int, int], item: int, msg: Message | Msg, value: bytes,
-                         e: BaseException, attempts: int, known: bool) -> None:
+                         e: BaseException, attempts: int, known: bool, ids: list[str]) -> None:
         """Send a poison item to the dead-letter topic and wait for the broker's ack: only then may
         its message be committed."""
         if stopping:
             raise RuntimeError("the worker is stopping")
         futs = await publish(dlq, [(msg.key, dead_letter(stage, m, item, value, e, attempts, known,
-                                                         timestamp_ms(msg)))])
+                                                         timestamp_ms(msg), ids))])
         await asyncio.wait(set(futs))
         for f in futs:
             f.result()
-        ids = item_ids(stage, value)
-        log.error("%s agent: item %d of %s[%d]@%d (documents %s): the %s stage raised %r (%s); it is quarantined "
-                  "to %s", stage, item, *m, ids, stage, e, "known document" if known else f"attempt {attempts}",
-                  dlq.get_topic_name())
+        log.error("%s agent: item %d of %s[%d]@%d (documents %s): %s; it is quarantined to %s", stage, item, *m,
+                  ids, quarantine_detail(stage, e, attempts, known), dlq.get_topic_name())
         journal.quarantined(ids)
         counts["quarantined"] += 1
         counts["dlq"] += 1

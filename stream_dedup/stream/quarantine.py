@@ -212,13 +212,19 @@ def item_ids(stage: str, value: bytes | None) -> list[str]:
         return []
 
 
+def quarantine_detail(stage: str, e: BaseException, attempts: int, known: bool) -> str:
+    """Why an item is quarantined: its dead-letter record's ``detail``, and the worker's log line."""
+    why = "its document was quarantined before" if known else f"attempt {attempts}"
+    return f"the {stage} stage raised {e!r} ({why})"
+
+
 def dead_letter(stage: str, m: MessageKey, item: int, value: bytes | None, e: BaseException,
-                attempts: int, known: bool = False, timestamp: int | None = None) -> bytes:
+                attempts: int, known: bool = False, timestamp: int | None = None,
+                ids: list[str] | None = None) -> bytes:
     """The dead-letter record of a quarantined item (``topics/schemas/dlq_record.schema.json``,
     built and bounded by ``dead_letters``); ``known``: its document had an item quarantined before;
     ``timestamp``: its message's, in ms (``redrive`` sends it back with the item: an event without a
-    ``ts`` is judged at that time)."""
-    why = "its document was quarantined before" if known else f"attempt {attempts}"
-    return dead_letter_record(REASON, f"the {stage} stage raised {e!r} ({why})", value or b"", topic=m[0],
+    ``ts`` is judged at that time); ``ids``: the item's documents, when the caller has read them."""
+    return dead_letter_record(REASON, quarantine_detail(stage, e, attempts, known), value or b"", topic=m[0],
                               partition=m[1], offset=m[2], timestamp=timestamp, item=item, stage=stage,
-                              attempts=attempts, ids=item_ids(stage, value))
+                              attempts=attempts, ids=item_ids(stage, value) if ids is None else ids)

@@ -223,7 +223,7 @@ def test_redrive_sends_a_cut_original_back_whole_from_its_source_message(kafka_s
     """A dead letter keeps only the first ~670 KB of a larger original (``stream/dead_letters.py``);
     ``redrive`` reads the whole of it from the source message the record names and sends that back
     to the same partition. No worker: the dead letter is the one a worker writes for the event."""
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
     from stream_dedup.kafka_io import consumer, producer, send
     from stream_dedup.redrive import redrive
@@ -256,6 +256,17 @@ def test_redrive_sends_a_cut_original_back_whole_from_its_source_message(kafka_s
     assert json.loads(record)["original_truncated"] and len(record) <= 900_000
     send(p, dlq, record, b"big-page")
     assert p.flush(30) == 0
+    # a fresh broker's group coordinator may still be loading (NOT_COORDINATOR): wait for it first
+    probe = consumer(kafka_settings, f"{kafka_settings.worker.app_id}-redrive")
+    deadline = time.time() + 60
+    while True:
+        try:
+            probe.committed([TopicPartition(dlq, 0)], timeout=10)
+            break
+        except KafkaException:
+            assert time.time() < deadline
+            time.sleep(1)
+    probe.close()
     counts = redrive(kafka_settings)
     assert counts == {"read": 1, "redriven.internal_error": 1}, counts
     assert [v for _, v in values(1, 3)] == [b'{"id": "small-before", "text": "x"}', big, big]
