@@ -133,13 +133,15 @@ def topics() -> None:
 
 @topics.command("apply")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--grow-input", is_flag=True,
+              help="give the pages topic its defined partition count when it has fewer (it holds no state)")
 @pass_ctx
-def topics_apply(c: Ctx, as_json: bool) -> None:
+def topics_apply(c: Ctx, as_json: bool, grow_input: bool) -> None:
     """Create missing topics; report drift (partitions, config) without changing existing ones."""
     from .topics import apply
 
     try:
-        report = apply(c.settings)
+        report = apply(c.settings, grow_input=grow_input)
     except Exception as e:  # noqa: BLE001 - librdkafka raises KafkaException with a clear message
         click.echo(f"stream-dedup: cannot reach Kafka at {c.settings.kafka.bootstrap}: {e}", err=True)
         sys.exit(EXIT_ENV)
@@ -148,6 +150,8 @@ def topics_apply(c: Ctx, as_json: bool) -> None:
     else:
         for name in report.created:
             click.echo(f"created  {name}")
+        for name, (before, after) in report.grown.items():
+            click.echo(f"grown    {name}: {before} -> {after} partitions")
         for name in report.ok:
             click.echo(f"ok       {name}")
         for name, problems in report.drift.items():

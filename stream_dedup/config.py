@@ -198,6 +198,10 @@ class WorkerSettings(_Section):
                                  "this much data is there (or fetch_max_wait_ms has passed); above 1 a busy "
                                  "worker makes fewer, fuller fetches, and a quiet one waits up to fetch_max_wait_ms "
                                  "a hop (bench/TARGETS.md)")] = 1
+    metadata_max_age_s: Annotated[float, Meta(ge=1, le=3600, description="how often the worker's consumer "
+                                      "refreshes topic metadata at the latest; partitions added to the pages topic "
+                                      "(`topics apply --grow-input`) are read within this long (Faust's default "
+                                      "is 300)")] = 60.0
     producer_linger_ms: Annotated[float, Meta(ge=0, le=1000, description="how long the worker's Kafka producer "
                                       "waits to fill a request: every event makes a dozen or more messages "
                                       "(changelogs, internal topics, verdicts), and one request per message cost "

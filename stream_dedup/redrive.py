@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeGuard
 
 from .config import Settings
-from .kafka_io import client_config, consumer, producer, send
+from .kafka_io import client_config, consumer, coordinated, producer, send
 from .stream.gaps import confluent_fetch
 from .stream.quarantine import item_ids
 
@@ -161,7 +161,7 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
         tps = [TopicPartition(dlq, i) for i in range(partitions(dlq) or 0)]
         ends = {tp.partition: c.get_watermark_offsets(tp, timeout=timeout)[1] for tp in tps}
         starts = {tp.partition: OFFSET_BEGINNING if from_beginning or tp.offset < 0 else tp.offset
-                  for tp in c.committed(tps, timeout=timeout)}
+                  for tp in coordinated(lambda: c.committed(tps, timeout=timeout), f"committed offsets of {dlq!r}")}
         nonempty = [i for i, end in ends.items() if end > 0]
         left = set(nonempty)
         c.assign([TopicPartition(dlq, i, starts[i]) for i in nonempty])
@@ -212,7 +212,8 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
                 raise RuntimeError(f"{remaining + len(failures)} records were not sent back: "
                                    f"{failures[:3] or 'flush timed out'}; nothing is committed")
             if nonempty:
-                c.commit(offsets=[TopicPartition(dlq, i, ends[i]) for i in nonempty], asynchronous=False)
+                done = [TopicPartition(dlq, i, ends[i]) for i in nonempty]
+                coordinated(lambda: c.commit(offsets=done, asynchronous=False), f"commit of {dlq!r}")
     except KafkaException as e:  # no broker, no rights, a commit refused: nothing half done is committed
         raise RuntimeError(f"redrive from {dlq!r} failed: {e}") from None
     finally:

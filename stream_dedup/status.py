@@ -5,7 +5,7 @@ import time
 from typing import Any
 
 from .config import Settings
-from .kafka_io import admin, consumer
+from .kafka_io import admin, consumer, coordinated
 
 
 def group_status(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
@@ -16,7 +16,8 @@ def group_status(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
     owners: dict[tuple[str, int], str] = {}
     state = "unknown"
     try:
-        desc = client.describe_consumer_groups([group])[group].result(timeout)
+        desc = coordinated(lambda: client.describe_consumer_groups([group])[group].result(timeout),
+                           f"description of group {group!r}", wait_s=timeout)
         state = str(desc.state).split(".")[-1]
         for m in desc.members:
             for tp in (m.assignment.topic_partitions if m.assignment else []):
@@ -25,7 +26,8 @@ def group_status(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
         state = f"unavailable ({e.__class__.__name__})"
     committed: dict[tuple[str, int], int] = {}
     try:
-        res = client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout)
+        res = coordinated(lambda: client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+                          .result(timeout), f"committed offsets of group {group!r}", wait_s=timeout)
         for tp in res.topic_partitions:
             committed[(tp.topic, tp.partition)] = tp.offset
     except Exception:  # noqa: BLE001

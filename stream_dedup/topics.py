@@ -3,6 +3,13 @@
 ``apply`` never deletes, re-partitions or re-configures an existing topic: a wrong partition
 count changes which worker owns which bucket, and fixing it is an operator's decision (see the
 README, "Scaling out"). Drift is reported so that the decision is informed.
+
+One exception, asked for with ``grow_input``: the input topic may gain partitions up to its
+spec. No state is keyed by a pages partition (documents are routed to their index and decide
+partitions by hash), so more pages partitions only let more workers share the prepare stage.
+It matters when a producer created the topic first, with the broker's default of 1 partition.
+Nothing else is grown: the internal topics' and changelogs' partitions are where the state
+lives, and the compacted outputs would hold two latest records per id.
 """
 from __future__ import annotations
 
@@ -26,13 +33,15 @@ class ApplyReport:
     created: list[str] = field(default_factory=list)
     ok: list[str] = field(default_factory=list)
     drift: dict[str, list[str]] = field(default_factory=dict)
+    grown: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (partitions before, after)
 
     @property
     def clean(self) -> bool:
         return not self.drift
 
     def as_dict(self) -> dict[str, Any]:
-        return {"created": self.created, "ok": self.ok, "drift": self.drift}
+        return {"created": self.created, "ok": self.ok, "drift": self.drift,
+                "grown": {name: list(counts) for name, counts in self.grown.items()}}
 
 
 def topic_names(settings: Settings) -> dict[str, str]:
@@ -56,9 +65,10 @@ def load_specs(settings: Settings) -> list[TopicSpec]:
     return specs
 
 
-def apply(settings: Settings, timeout: float = 30.0) -> ApplyReport:
-    """Create missing topics; compare existing ones with their spec; never destroy data."""
-    from confluent_kafka.admin import ConfigResource, NewTopic
+def apply(settings: Settings, timeout: float = 30.0, *, grow_input: bool = False) -> ApplyReport:
+    """Create missing topics; compare existing ones with their spec; never destroy data.
+    ``grow_input``: give the pages topic its spec's partitions when it has fewer (see above)."""
+    from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic
 
     from .kafka_io import admin
 
@@ -88,8 +98,16 @@ def apply(settings: Settings, timeout: float = 30.0) -> ApplyReport:
         for s in existing:
             problems = []
             have = len(meta.topics[s.name].partitions)
-            if have != s.partitions:
-                problems.append(f"partitions: have {have}, want {s.partitions}")
+            growable = s.name == settings.topics.pages and have < s.partitions
+            if growable and grow_input:
+                (fut,) = client.create_partitions([NewPartitions(s.name, s.partitions)],
+                                                  operation_timeout=timeout).values()
+                fut.result()
+                report.grown[s.name] = (have, s.partitions)
+                have = s.partitions
+            elif have != s.partitions:
+                hint = " (`topics apply --grow-input` adds them)" if growable else ""
+                problems.append(f"partitions: have {have}, want {s.partitions}{hint}")
             current = by_name[s.name]
             for key, want in s.config.items():
                 entry = current.get(key)

@@ -192,6 +192,7 @@ def build_app(settings: Settings) -> faust.App:
         web_port=w.web_port or 6066,
         web_bind=w.web_host,
         web_host=w.web_host,
+        consumer_metadata_max_age_ms=int(w.metadata_max_age_s * 1000),
         broker_commit_every=1000,
         broker_commit_interval=1.0,
         producer_linger=w.producer_linger_ms / 1000,

@@ -280,8 +280,10 @@ class TableMapping(MutableMapping):
         if fut.cancelled():
             return
         exc = fut.exception()
-        if exc is not None:
-            log.error("changelog records to %s[%d] failed: %r", tp.topic, tp.partition, exc)
+        if exc is not None:  # a watching sender's guard reports it and stops the worker: said once
+            watched = self.sender is not None and self.sender.watch is not None
+            log.log(logging.DEBUG if watched else logging.ERROR, "changelog records to %s[%d] failed: %r",
+                    tp.topic, tp.partition, exc)
             return
         try:
             self.table.data.set_persisted_offset(tp, sent.offset())

@@ -210,6 +210,22 @@ def test_topics_apply_is_idempotent_and_reports_drift(kafka_settings):
     meta = client.list_topics(timeout=10)
     assert len(meta.topics[kafka_settings.topics.pages].partitions) == kafka_settings.topics.partitions - 2
 
+    # asked to, apply grows the input topic, and only it: the internal topics keep their partitions
+    probes = f"{kafka_settings.topics.internal_prefix}.probes"
+    fourth = apply(kafka_settings, grow_input=True)
+    want = kafka_settings.topics.partitions
+    assert fourth.grown == {kafka_settings.topics.pages: (want - 2, want)}
+    assert kafka_settings.topics.pages not in fourth.drift and probes in fourth.drift
+    deadline = time.time() + 30  # the brokers' metadata follows the controller shortly after
+    while len(client.list_topics(timeout=10).topics[kafka_settings.topics.pages].partitions) != want:
+        assert time.time() < deadline
+        time.sleep(0.2)
+    assert len(client.list_topics(timeout=10).topics[probes].partitions) == want - 2
+    # never shrunk: with fewer partitions defined than it has, the input topic is drift again
+    kafka_settings.topics.partitions = want - 1
+    fifth = apply(kafka_settings, grow_input=True)
+    assert fifth.grown == {} and kafka_settings.topics.pages in fifth.drift
+
 
 def test_cli_produce_then_tail_round_trip(kafka_settings, unique_name, tmp_path):
     """`stream-dedup produce` puts a JSONL file on a topic and `tail` reads every line back."""
