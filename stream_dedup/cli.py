@@ -137,7 +137,8 @@ def topics() -> None:
               help="give the pages topic its defined partition count when it has fewer (it holds no state)")
 @pass_ctx
 def topics_apply(c: Ctx, as_json: bool, grow_input: bool) -> None:
-    """Create missing topics; report drift (partitions, config) without changing existing ones."""
+    """Create missing topics; report drift (partitions, config) without changing existing ones,
+    except the pages topic's partition count with --grow-input."""
     from .topics import apply
 
     try:
