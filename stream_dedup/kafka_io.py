@@ -59,12 +59,10 @@ def send(p, topic: str, value: bytes, key: bytes | None = None, **kw: Any) -> No
 
 def coordinator_busy(e: BaseException) -> bool:
     """Whether ``e`` is a Kafka error that means "the group coordinator is not ready yet"."""
-    from confluent_kafka import KafkaException
+    from confluent_kafka import KafkaError, KafkaException
 
-    if not isinstance(e, KafkaException) or not e.args:
-        return False
-    err = e.args[0]
-    return getattr(err, "name", lambda: "")() in COORDINATOR_BUSY
+    err = e.args[0] if isinstance(e, KafkaException) and e.args else None
+    return isinstance(err, KafkaError) and err.name() in COORDINATOR_BUSY
 
 
 def coordinated(call: Callable[[], T], what: str, wait_s: float = 60.0,

@@ -104,7 +104,6 @@ def apply(settings: Settings, timeout: float = 30.0, *, grow_input: bool = False
                                                   operation_timeout=timeout).values()
                 fut.result()
                 report.grown[s.name] = (have, s.partitions)
-                have = s.partitions
             elif have != s.partitions:
                 hint = " (`topics apply --grow-input` adds them)" if growable else ""
                 problems.append(f"partitions: have {have}, want {s.partitions}{hint}")

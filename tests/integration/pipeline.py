@@ -215,6 +215,22 @@ def read_all(settings: Settings, topic: str, until: callable, timeout: float, id
     return msgs
 
 
+def partition_counts(settings: Settings) -> dict[str, int]:
+    """Every topic's partition count, as the broker's metadata says now."""
+    from stream_dedup.kafka_io import admin
+
+    return {name: len(t.partitions) for name, t in admin(settings).list_topics(timeout=10).topics.items()}
+
+
+def wait_for_partitions(settings: Settings, topic: str, n: int, timeout: float = 30) -> None:
+    """Wait until the metadata shows ``n`` partitions of ``topic``: after ``create_partitions``
+    returns, the brokers' metadata follows the controller a little later."""
+    deadline = time.time() + timeout
+    while partition_counts(settings).get(topic) != n:
+        assert time.time() < deadline, f"{topic} does not show {n} partitions after {timeout} s"
+        time.sleep(0.2)
+
+
 def latest(verdicts: list[dict]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for v in verdicts:

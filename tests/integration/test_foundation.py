@@ -17,6 +17,8 @@ import pytest
 from stream_dedup.kafka_io import admin, consumer, producer
 from stream_dedup.topics import apply, load_specs
 
+from .pipeline import partition_counts, wait_for_partitions
+
 pytestmark = pytest.mark.kafka
 HERE = Path(__file__).resolve().parent
 
@@ -216,11 +218,8 @@ def test_topics_apply_is_idempotent_and_reports_drift(kafka_settings):
     want = kafka_settings.topics.partitions
     assert fourth.grown == {kafka_settings.topics.pages: (want - 2, want)}
     assert kafka_settings.topics.pages not in fourth.drift and probes in fourth.drift
-    deadline = time.time() + 30  # the brokers' metadata follows the controller shortly after
-    while len(client.list_topics(timeout=10).topics[kafka_settings.topics.pages].partitions) != want:
-        assert time.time() < deadline
-        time.sleep(0.2)
-    assert len(client.list_topics(timeout=10).topics[probes].partitions) == want - 2
+    wait_for_partitions(kafka_settings, kafka_settings.topics.pages, want)
+    assert partition_counts(kafka_settings)[probes] == want - 2
     # never shrunk: with fewer partitions defined than it has, the input topic is drift again
     kafka_settings.topics.partitions = want - 1
     fifth = apply(kafka_settings, grow_input=True)

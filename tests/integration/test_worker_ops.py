@@ -18,7 +18,8 @@ import pytest
 from stream_dedup.topics import apply
 
 from ..conftest import shared_data
-from .pipeline import REPO, Workers, key_of, labelled_stream, latest, produce_events, read_all, settings_env
+from .pipeline import (REPO, Workers, key_of, labelled_stream, latest, partition_counts, produce_events, read_all,
+                       settings_env, wait_for_partitions)
 from .test_pipeline import BAD, check, scan_verdicts
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -182,17 +183,13 @@ def test_a_pages_topic_a_producer_created_grows_with_topics_apply_and_a_running_
     (and nothing to the internal topics, where the state lives). The running worker reads the new
     partitions after its next metadata refresh (`worker.metadata_max_age_s`), and the events there
     are judged against the ones before."""
-    from stream_dedup.kafka_io import admin, producer, send
+    from stream_dedup.kafka_io import producer, send
 
     kafka_settings.topics.partitions = 3
     pages = kafka_settings.topics.pages
     text = "市图书馆新馆将于下月正式开放，设有少儿阅览区和自习室，开放时间为每天上午九点到晚上九点。"
     produce_events(kafka_settings, [{"id": "first", "text": text, "ts": 1}])  # the broker creates pages
-
-    def partitions() -> dict[str, int]:
-        return {name: len(t.partitions) for name, t in admin(kafka_settings).list_topics(timeout=10).topics.items()}
-
-    assert partitions()[pages] == 1
+    assert partition_counts(kafka_settings)[pages] == 1
     cli = [sys.executable, "-m", "stream_dedup.cli", "topics", "apply"]
     workers = Workers(kafka_settings, tmp_path, supervise=False)
     try:
@@ -209,11 +206,8 @@ def test_a_pages_topic_a_producer_created_grows_with_topics_apply_and_a_running_
         assert r.returncode == 0, r.stdout + r.stderr
         report = json.loads(r.stdout)
         assert report["grown"] == {pages: [1, 3]} and report["drift"] == {} and report["created"] == [], report
-        deadline = time.time() + 30  # the brokers' metadata follows the controller shortly after
-        while partitions()[pages] != 3:
-            assert time.time() < deadline
-            time.sleep(0.2)
-        assert partitions()[f"{kafka_settings.topics.internal_prefix}.probes"] == 3
+        wait_for_partitions(kafka_settings, pages, 3)
+        assert partition_counts(kafka_settings)[f"{kafka_settings.topics.internal_prefix}.probes"] == 3
         p = producer(kafka_settings)
         for part in (1, 2):  # on the new partitions only: a worker that does not read them gives no verdict
             event = {"id": f"copy-{part}", "text": text, "ts": 1 + part}
