@@ -28,7 +28,10 @@ ms/event" is the workers' CPU per event; "main threads" the part of it on the wo
 (agents, Faust, the producer; the rest is mostly the Kafka consumer's thread); "stages' code" the
 time the stages' own code took per event (the workers' ``stream_dedup_stage_seconds``, read from
 their /metrics before and after the run: preparing, exact checks, probes, decisions; wall time, so
-it includes any time the thread was preempted), the core's share of the main threads.
+it includes any time the thread was preempted), the core's share of the main threads. "msgs per
+batch" and "ms per batch" are the agents' average batch, prepare / index / decide, over the measured
+run (``stream_dedup_batch_messages`` and ``stream_dedup_batch_seconds``): full batches at the maximum
+rate, small ones at a steady rate, where an event costs more CPU.
 With --profile, py-spy samples every worker during the measured run and a second table says where
 their CPU went (bench/worker_profile.py); the results are then written as kafka_profile*.
 """
@@ -98,12 +101,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def stage_seconds(ports: list[int]) -> dict[str, float] | None:
-    """Seconds each stage's own code has taken so far, summed over the workers, from their
-    ``/metrics`` (``stream_dedup_stage_seconds``: ``prepare_many`` per slice, and each exact check,
-    probe and decision: the core's work, without the wire format, the tables' flushes, Faust or
-    aiokafka). None when a worker does not answer."""
-    out: dict[str, float] = {}
+def worker_sums(ports: list[int]) -> dict[tuple[str, str], float] | None:
+    """(sample, stage) -> its value summed over the workers, from their ``/metrics``, for the
+    samples in ``_SUMMED``. None when a worker does not answer."""
+    out: dict[tuple[str, str], float] = {}
     for port in ports:
         try:
             body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
@@ -111,10 +112,32 @@ def stage_seconds(ports: list[int]) -> dict[str, float] | None:
             return None
         for fam in text_string_to_metric_families(body):
             for sample in fam.samples:
-                if sample.name == "stream_dedup_stage_seconds_sum":
-                    stage = sample.labels["stage"]
-                    out[stage] = out.get(stage, 0.0) + sample.value
+                if sample.name in _SUMMED:
+                    key = (sample.name, sample.labels["stage"])
+                    out[key] = out.get(key, 0.0) + sample.value
     return out
+
+
+# ``stream_dedup_stage_seconds``: the time each stage's own code took (``prepare_many`` per slice, and
+# each exact check, probe and decision: the core's work, without the wire format, the tables'
+# flushes, Faust or aiokafka); ``stream_dedup_batch_*``: the agents' batches, their messages and
+# wall time
+_SUMMED = ("stream_dedup_stage_seconds_sum", "stream_dedup_batch_messages_count",
+           "stream_dedup_batch_messages_sum", "stream_dedup_batch_seconds_sum")
+
+
+def stage_costs(before: dict[tuple[str, str], float], after: dict[tuple[str, str], float], events: int) -> dict:
+    """What the run itself added to ``worker_sums``: the stages' code in ms per event, and per agent
+    its batches, the messages in an average one and its average wall time."""
+    d = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    stages = {st: round(1000 * v / events, 3) for (name, st), v in d.items() if name == "stream_dedup_stage_seconds_sum"}
+    batches = {}
+    for (name, st), n in d.items():
+        if name == "stream_dedup_batch_messages_count" and n > 0:
+            batches[st] = {"batches": int(n),
+                           "messages_per_batch": round(d.get(("stream_dedup_batch_messages_sum", st), 0.0) / n, 1),
+                           "ms_per_batch": round(1000 * d.get(("stream_dedup_batch_seconds_sum", st), 0.0) / n, 2)}
+    return {"stages": stages, "batches": batches}
 
 
 def wait_until_stable(s, workers: int, timeout: float = 180) -> None:
@@ -202,7 +225,7 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
         wait_until_stable(s, workers)
         warm_up(s, p, c, workers, tmp, prefix)
         before = internal_totals(c, prefix, partitions)  # the run's own messages per event, without the warm-up's
-        stages_before = stage_seconds(ports)
+        sums_before = worker_sums(ports)
         sent_at: dict[str, float] = {}
         lat: dict[str, float] = {}
         arrivals: list[float] = []
@@ -242,7 +265,7 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
         reader.join()
         done.set()
         cpu = meter.stop()
-        stages_after = stage_seconds(ports)
+        sums_after = worker_sums(ports)
         profiled = profiler.stop() if profiler is not None else None
         last = max(arrivals) if arrivals else time.time()
         vals = sorted(lat.values())
@@ -267,9 +290,10 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
         result["cpu_ms_per_event"] = {  # the workers' CPU per event, and how much of it the stages' own code took
             "workers": round(1000 * cpu["workers_cpu_s"] / len(events), 3),
             "main_threads": round(1000 * cpu["workers_main_thread_cpu_s"] / len(events), 3)}
-        if stages_before is not None and stages_after is not None:
-            result["cpu_ms_per_event"]["stages"] = {
-                k: round(1000 * (v - stages_before.get(k, 0.0)) / len(events), 3) for k, v in stages_after.items()}
+        if sums_before is not None and sums_after is not None:
+            costs = stage_costs(sums_before, sums_after, len(events))
+            result["cpu_ms_per_event"]["stages"] = costs["stages"]
+            result["agent_batches"] = costs["batches"]
         if profiled is not None:
             result["profile"] = summary(profiled, len(events))
     finally:
@@ -315,6 +339,9 @@ def measure(kind: str, events: list[dict], w: int, rate: float | None, repeat: i
     return r
 
 
+AGENTS = ("prepare", "index", "decide")
+
+
 def row(r: dict, scan_rate: float) -> list:
     mpe = r["messages_per_event"]
     return [r["kind"], r["workers"], r["rate"] or "max", r["events"], r["answered"], r["events_per_s"],
@@ -326,6 +353,8 @@ def row(r: dict, scan_rate: float) -> list:
             round(mpe["exact-changelog"] + mpe["index-changelog"] + mpe["decide-changelog"], 1),
             r["cpu_ms_per_event"]["workers"], r["cpu_ms_per_event"]["main_threads"],
             round(sum(r["cpu_ms_per_event"].get("stages", {}).values()), 3) or "",
+            " / ".join(f"{b[st]['messages_per_batch']:.0f}" for st in AGENTS if st in b) if (b := r.get("agent_batches")) else "",
+            " / ".join(f"{b[st]['ms_per_batch']:.1f}" for st in AGENTS if st in b) if b else "",
             r["cpu"]["workers_cores"], r["cpu"].get("broker_cores"), r["cpu"].get("irq_cores"),
             r["cpu"]["rest_cores"], r["cpu"]["bench_client_cores"], r["cpu"]["idle_cores"]]
 
@@ -443,7 +472,8 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     text = table(["kind", "workers", "rate", "events", "answered", "events/s", "events/s runs", "latency p50 ms",
                   "latency p99 ms", "p99 runs", "scan events/s", "kafka/scan", "internal msgs/event", "changelog msgs/event",
-                  "worker CPU ms/event", "main threads", "stages' code", "cores: workers", "broker", "kernel irq", "rest", "bench client", "idle"], rows)
+                  "worker CPU ms/event", "main threads", "stages' code",
+                  "msgs per batch", "ms per batch", "cores: workers", "broker", "kernel irq", "rest", "bench client", "idle"], rows)
     name = (("kafka_profile" if a.profile else "kafka_e2e")
             + ("_half" if half else f"_rate{int(a.rate)}" if a.rate else "")
             + (f"_p{a.partitions}" if a.partitions != 6 else ""))

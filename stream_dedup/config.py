@@ -206,6 +206,11 @@ class WorkerSettings(_Section):
                                       "waits to fill a request: every event makes a dozen or more messages "
                                       "(changelogs, internal topics, verdicts), and one request per message cost "
                                       "more CPU than judging the event; adds up to 4x this to a verdict's latency")] = 5.0
+    producer_batch_bytes: Annotated[int, Meta(ge=1024, le=8 << 20, description="most bytes of one producer batch "
+                                     "(one partition's records in a request). A full batch makes the sending agent "
+                                     "wait until the one request in flight to the broker is answered, and an SMS "
+                                     "rewrites about 2 KB of index buckets: with Faust's default of 16,384, the index "
+                                     "agent waited for several requests per batch at a steady rate (bench/TARGETS.md)")] = 262_144
     producer_compression: Annotated[Literal["none", "lz4", "zstd", "snappy", "gzip"], Meta(description="compression of "
                                         "the worker's producer batches (table changelogs, internal topics, verdicts). An index bucket "
                                         "is rewritten whole, about 2 KB of changelog per SMS, which lz4 makes about 3x smaller: "

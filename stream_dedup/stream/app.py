@@ -199,6 +199,7 @@ def build_app(settings: Settings) -> faust.App:
         # a state record can be up to 4.4 MB (topics.toml: the changelogs take 8 MiB); the bulk path
         # never checked this limit, aiokafka's send() does
         producer_max_request_size=8 << 20,
+        producer_max_batch_size=w.producer_batch_bytes,
         producer_compression_type=None if w.producer_compression == "none" else w.producer_compression,
         stream_wait_empty=False,
         table_cleanup_interval=60.0,
@@ -377,7 +378,10 @@ def build_app(settings: Settings) -> faust.App:
         def names_known(msg: Message | Msg) -> bool:
             return journal.known(item_ids(stage, msg.value))
 
+        sizes, times = metrics.batch(stage)
         async for batch in batches(stream):
+            sizes.observe(len(batch))
+            t0 = time.perf_counter()
             if journal.attempts:
                 journal.forget_committed(committed_offset)
             if journal.attempts and any(journal.suspect(where(msg)) for _, msg in batch):
@@ -386,6 +390,7 @@ def build_app(settings: Settings) -> faust.App:
                 return
             try:
                 if await work(batch):
+                    times.observe(time.perf_counter() - t0)
                     continue
             except Exception as e:  # noqa: BLE001 - whatever it was, the batch must not be acked
                 discard()

@@ -17,6 +17,7 @@ from prometheus_client.utils import floatToGoString
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _BUCKET_BYTES = (64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
+_BATCH_MESSAGES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # Pending observations of one series are counted into its buckets at a scrape or when this many
 # wait. Small: a pending value is a Python float in a list (32 bytes), and a worker nobody scrapes
 # observes hundreds a second; at 65,536 the soak test saw the five series hold ~10 MB between folds.
@@ -113,6 +114,13 @@ class Metrics:
                             ["topic"], registry=r)
         self.stage_seconds = BatchedHistogram("stream_dedup_stage_seconds", "processing time of one message per stage",
                                               ("stage",), buckets=_LATENCY_BUCKETS, registry=r)
+        self.batch_messages = BatchedHistogram("stream_dedup_batch_messages", "messages in one agent batch per stage "
+                                               "(small batches at a steady rate cost more CPU per event)",
+                                               ("stage",), buckets=_BATCH_MESSAGES, registry=r)
+        self.batch_seconds = BatchedHistogram("stream_dedup_batch_seconds", "wall time of one agent batch per "
+                                              "stage, sends and table writes included (the other agents of the "
+                                              "worker wait for the CPU parts of it)",
+                                              ("stage",), buckets=_LATENCY_BUCKETS, registry=r)
         self.bucket_bytes = BatchedHistogram("stream_dedup_bucket_bytes", "size of a bucket after a write",
                                              buckets=_BUCKET_BYTES, registry=r)
         self.candidates = Counter("stream_dedup_candidates_verified", "bucket entries verified by detectors",
@@ -150,6 +158,10 @@ class Metrics:
     def stage(self, name: str) -> Any:
         """The processing-time histogram of one stage."""
         return self._child(self.stage_seconds, name)
+
+    def batch(self, name: str) -> tuple[Any, Any]:
+        """The batch-size and batch-time histograms of one stage's agent."""
+        return self._child(self.batch_messages, name), self._child(self.batch_seconds, name)
 
     def verdict(self, verdict: str, match: str, detector: str) -> Any:
         """The counter of one kind of verdict."""

@@ -88,6 +88,11 @@ def check_metrics(port: int, n_events: int, settings) -> None:
     assert value(m, "stream_dedup_stage_seconds_count", stage="index") >= n_events
     assert value(m, "stream_dedup_stage_seconds_count", stage="decide") >= 2 * n_events
     assert value(m, "stream_dedup_bucket_bytes_count") > 0
+    for stage in ("prepare", "index", "decide"):  # one observation per batch; every message was in one
+        batches = value(m, "stream_dedup_batch_messages_count", stage=stage)
+        assert 1 <= batches <= value(m, "stream_dedup_batch_messages_sum", stage=stage), stage
+        assert value(m, "stream_dedup_batch_seconds_count", stage=stage) == batches, stage
+    assert value(m, "stream_dedup_batch_messages_sum", stage="prepare") == n_events + 2
     assert value(m, "stream_dedup_state_bytes", table="index") > 0
     # the tables' memtables are charged to the one shared cache, which stays within its budget
     budget = settings.worker.rocksdb_memory_mb << 20

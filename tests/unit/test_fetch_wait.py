@@ -37,14 +37,16 @@ def test_worker_consumer_fetch_minimum_follows_the_setting(tmp_path):
                           STREAM_DEDUP_WORKER__FETCH_MAX_WAIT_MS="50") == (50, 4096)
 
 
-def producer_compression(tmp_path, **env: str) -> int:
-    """The codec id of the producer batches the worker would build (0 none, 3 lz4)."""
+def producer_accumulator(tmp_path, **env: str) -> tuple[int, int]:
+    """(codec id, most bytes per batch) of the producer batches the worker would build (codec 0
+    none, 3 lz4)."""
     app = worker_app(tmp_path, **env)
 
-    async def build() -> int:
+    async def build() -> tuple[int, int]:
         producer = app.producer._new_producer()
         try:
-            return producer._message_accumulator._compression_type
+            acc = producer._message_accumulator
+            return acc._compression_type, acc._batch_size
         finally:
             await producer.client.close()
 
@@ -54,5 +56,12 @@ def producer_compression(tmp_path, **env: str) -> int:
 def test_worker_producer_compression_follows_the_setting(tmp_path):
     from aiokafka.record.default_records import DefaultRecordBase
 
-    assert producer_compression(tmp_path) == 0
-    assert producer_compression(tmp_path, STREAM_DEDUP_WORKER__PRODUCER_COMPRESSION="lz4") == DefaultRecordBase.CODEC_LZ4
+    assert producer_accumulator(tmp_path)[0] == 0
+    assert producer_accumulator(tmp_path, STREAM_DEDUP_WORKER__PRODUCER_COMPRESSION="lz4")[0] == DefaultRecordBase.CODEC_LZ4
+
+
+def test_worker_producer_batch_size_follows_the_setting(tmp_path):
+    from stream_dedup.config import WorkerSettings
+
+    assert producer_accumulator(tmp_path)[1] == WorkerSettings().producer_batch_bytes
+    assert producer_accumulator(tmp_path, STREAM_DEDUP_WORKER__PRODUCER_BATCH_BYTES="65536")[1] == 65536

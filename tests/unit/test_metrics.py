@@ -27,6 +27,23 @@ def test_stage_and_verdict_children_are_cached_and_counted():
     assert b'stream_dedup_verdicts_total{detector="ngram",match="near",verdict="duplicate"} 2.0' in m.render()
 
 
+def test_batch_histograms_count_messages_and_seconds_per_stage():
+    m = Metrics()
+    sizes, times = m.batch("prepare")
+    assert m.batch("prepare") == (sizes, times)
+    for n in (1, 3, 1024):
+        sizes.observe(n)
+    times.observe(0.004)
+    m.batch("index")[0].observe(7)
+    assert _sample(m, "stream_dedup_batch_messages_count", {"stage": "prepare"}) == 3
+    assert _sample(m, "stream_dedup_batch_messages_sum", {"stage": "prepare"}) == 1028
+    assert _sample(m, "stream_dedup_batch_messages_bucket", {"stage": "prepare", "le": "4.0"}) == 2
+    assert _sample(m, "stream_dedup_batch_messages_bucket", {"stage": "prepare", "le": "512.0"}) == 2
+    assert _sample(m, "stream_dedup_batch_seconds_bucket", {"stage": "prepare", "le": "0.005"}) == 1
+    assert _sample(m, "stream_dedup_batch_messages_count", {"stage": "index"}) == 1
+    assert _sample(m, "stream_dedup_batch_seconds_count", {"stage": "index"}) == 0
+
+
 def test_children_of_two_workers_in_one_process_do_not_mix():
     a, b = Metrics(), Metrics()
     a.stage("decide").observe(0.01)
