@@ -72,7 +72,9 @@ class BulkSender:
     ``BatchBuilder`` (the same call aiokafka makes; a partition without one gets a new batch, as
     ``add_message`` opens it), and the caller waits on the batch's own future, which aiokafka
     resolves (or fails) with every record in it. When the open batch is full or closed, the
-    record takes aiokafka's ``add_message``, which waits for room.
+    record takes aiokafka's ``add_message``, which waits for room: until the one request in flight
+    to the broker is answered and the full batch has left in the next. ``worker.producer_batch_bytes``
+    (256 KB) keeps that rare; with Faust's 16 KB the index agent waited so for most of its batches.
     Records land in the same batches, in the same order, with the same partitioning (``partition``
     None: aiokafka's partitioner on the key, murmur2 as Java's) as through ``send``.
     The accumulator's private layout is checked once; where it differs (another aiokafka), every
