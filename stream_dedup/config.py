@@ -210,7 +210,9 @@ class WorkerSettings(_Section):
                                      "(one partition's records in a request). A full batch makes the sending agent "
                                      "wait until the one request in flight to the broker is answered, and an SMS "
                                      "rewrites about 2 KB of index buckets: with Faust's default of 16,384, the index "
-                                     "agent waited for several requests per batch at a steady rate (bench/TARGETS.md)")] = 262_144
+                                     "agent waited for several requests per batch at a steady rate (bench/TARGETS.md). Keep it under "
+                                     "the topics' max.message.bytes (the broker's default, 1 MB, for every topic but "
+                                     "the changelogs): the broker refuses a larger batch, and the worker stops")] = 262_144
     producer_compression: Annotated[Literal["none", "lz4", "zstd", "snappy", "gzip"], Meta(description="compression of "
                                         "the worker's producer batches (table changelogs, internal topics, verdicts). An index bucket "
                                         "is rewritten whole, about 2 KB of changelog per SMS, which lz4 makes about 3x smaller: "
