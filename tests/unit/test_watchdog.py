@@ -416,3 +416,22 @@ def test_gap_filler_retries_a_failed_fetch_and_fails_only_after_its_wait():
     f = GapFiller(down, fetch_wait_s=0.3)
     with pytest.raises(RuntimeError):  # skipped messages are never dropped silently
         asyncio.run(run(0, (1, 4)))
+
+
+def test_a_re_read_with_no_answer_from_the_broker_is_an_error_not_an_empty_range():
+    """The gap filler's fetch against a broker that does not answer (a closed port): it raises,
+    so that ``_retried`` asks again and the worker restarts if the broker stays away, instead of
+    returning no messages, which the caller took as the skipped range processed (the
+    broker-restart fault test lost 684 documents so)."""
+    import socket
+
+    import pytest
+
+    from stream_dedup.stream.gaps import confluent_fetch
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    fetch = confluent_fetch({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
+    with pytest.raises(TimeoutError, match=r"t\[0\] offsets 4..7: no answer"):
+        fetch("t", 0, 4, 8)
