@@ -9,6 +9,7 @@ Order of choice:
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import uuid
 from pathlib import Path
@@ -18,6 +19,13 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "data"
 _broker_info: dict[str, str] = {}
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def shared_data(rel: str) -> Path:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import base64
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import pytest
 
 from stream_dedup.topics import apply
 
-from ..conftest import shared_data
+from ..conftest import free_port, shared_data
 from .pipeline import (REPO, Workers, key_of, labelled_stream, latest, partition_counts, produce_events, read_all,
                        settings_env, wait_for_partitions)
 from .test_pipeline import BAD, check, scan_verdicts
@@ -42,12 +41,6 @@ def test_exactly_once_mode_on_the_single_node_broker(kafka_settings, tmp_path):
     assert len(got) == len(events), workers.logs()
     expected = scan_verdicts(kafka_settings, events)
     assert {i: key_of(v) for i, v in got.items()} == expected
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url: str) -> tuple[int, str]:

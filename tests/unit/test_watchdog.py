@@ -423,15 +423,12 @@ def test_a_re_read_with_no_answer_from_the_broker_is_an_error_not_an_empty_range
     so that ``_retried`` asks again and the worker restarts if the broker stays away, instead of
     returning no messages, which the caller took as the skipped range processed (the
     broker-restart fault test lost 684 documents so)."""
-    import socket
-
     import pytest
 
     from stream_dedup.stream.gaps import confluent_fetch
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
-    fetch = confluent_fetch({"bootstrap.servers": f"127.0.0.1:{port}", "log_level": 0})
+    from ..conftest import free_port
+
+    fetch = confluent_fetch({"bootstrap.servers": f"127.0.0.1:{free_port()}", "log_level": 0})
     with pytest.raises(TimeoutError, match=r"t\[0\] offsets 4..7: no answer"):
         fetch("t", 0, 4, 8)
