@@ -184,7 +184,8 @@ def internal_totals(c, prefix: str, partitions: int) -> dict[str, int]:
 
     return {name: sum(c.get_watermark_offsets(TopicPartition(f"{prefix}.{name}", part), timeout=10)[1]
                       for part in range(partitions))
-            for name in ("probes", "answers", "exact-changelog", "index-changelog", "decide-changelog")}
+            for name in ("probes", "answers", "exact-changelog", "index-changelog", "decide-changelog",
+                         "ids-changelog")}
 
 
 def drop_topics(s, prefix: str) -> None:
@@ -350,7 +351,8 @@ def row(r: dict, scan_rate: float) -> list:
             " / ".join(f"{x['latency_p99_ms']:.0f}" for x in r["repeats"]),
             round(scan_rate, 1), r["ratio_to_scan"],
             round(mpe["probes"] + mpe["answers"], 1),
-            round(mpe["exact-changelog"] + mpe["index-changelog"] + mpe["decide-changelog"], 1),
+            round(mpe["exact-changelog"] + mpe["index-changelog"] + mpe["decide-changelog"]
+                  + mpe.get("ids-changelog", 0), 1),  # ids: since the thirty-third stop
             r["cpu_ms_per_event"]["workers"], r["cpu_ms_per_event"]["main_threads"],
             round(sum(r["cpu_ms_per_event"].get("stages", {}).values()), 3) or "",
             " / ".join(f"{b[st]['messages_per_batch']:.0f}" for st in AGENTS if st in b) if (b := r.get("agent_batches")) else "",

@@ -24,7 +24,7 @@ def _lines(path: str) -> Iterator[bytes]:
             f.close()
 
 
-def _key(line: bytes) -> bytes | None:
+def event_key(line: bytes) -> bytes | None:
     """The id as the message key, so replays of one id land on one partition; None when unreadable."""
     try:
         doc = json.loads(line)
@@ -53,7 +53,7 @@ def produce_jsonl(settings: Settings, path: str, *, topic: str | None = None, li
     for line in _lines(path):
         if limit is not None and sent >= limit:
             break
-        send(p, topic, line, _key(line), on_delivery=on_delivery)
+        send(p, topic, line, event_key(line), on_delivery=on_delivery)
         sent += 1
         bar.update(1)
         if rate:

@@ -9,10 +9,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from .document import Rejected
 from .exact import ExactStore
 from .index import BucketIndex
-from .stages import DecideStage, IndexStage, Prepared, Preparer, exact_stage, fan_out
+from .stages import DecideStage, IndexStage, Prepared, Preparer, admit_id, exact_stage, fan_out
 from .store import Buffered, KVStore
 from .verdict import Cluster, Verdict
 
@@ -64,10 +63,8 @@ class Engine:
         """The stateful half of ``process``, for a document prepared here or in another process
         (``scan --jobs``: preparing is pure and most of the work, so it spreads over cores while the
         stores see documents one at a time, in input order, as here)."""
-        seen = self.digests.get(prepared.id)
-        if seen is not None and seen != prepared.digest:
-            raise Rejected("id_conflict", f"id {prepared.id!r} was already seen with different content")
-        self.digests[prepared.id] = prepared.digest
+        if admit_id(self.digests.get(prepared.id), prepared):
+            self.digests[prepared.id] = prepared.digest
         verdicts: list[Verdict] = []
         fingerprint, probes = fan_out(prepared, 1)
         msgs, _ = exact_stage(self.exact, fingerprint, 1)

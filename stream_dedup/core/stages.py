@@ -402,6 +402,23 @@ def route_probes(p: Prepared, partitions: int) -> list[Probe]:
             for part, dets in sorted(by_part.items())]
 
 
+def admit_id(seen: bytes | None, p: Prepared) -> bool:
+    """Whether ``p`` is the first content of its id, given the digest ``seen`` with it before (None:
+    never). True: store ``p.digest`` under the id. False: the same content again (a replay, or a
+    producer's retry), judged as before. Raises ``Rejected("id_conflict")`` for other content
+    under a known id: the first content of an id stands, as its verdict already says, and the
+    second would otherwise be indexed under the first one's id, so later documents would be
+    called copies of a page with other text.
+
+    Checked before ``fan_out``, on the id's partition of the page events (``scan``: a dict of every
+    id; the workers: a table keyed by id, pages being keyed by id)."""
+    if seen is None:
+        return True
+    if seen != p.digest:
+        raise Rejected("id_conflict", f"id {p.id!r} was already seen with different content")
+    return False
+
+
 def fan_out(p: Prepared, partitions: int) -> tuple[Prepared, list[Probe]]:
     """Split a prepared document into its probes (to the index partitions) and what the exact stage
     needs (the digest and how many probes went out, no sketches), both sent by prepare at once.

@@ -41,9 +41,9 @@ from ..config import Settings
 from ..core.document import Rejected
 from ..core.exact import ExactStore
 from ..core.index import BucketIndex
-from ..core.stages import (DecideStage, IndexStage, DocStates, Prepared, Preparer, Probe, ToDecide, byte_slices,
-                           digest_partition, exact_stage, fan_out, id_partition, index_item, pack_batches,
-                           unpack_batch)
+from ..core.stages import (DecideStage, IndexStage, DocStates, Prepared, Preparer, Probe, ToDecide, admit_id,
+                           byte_slices, digest_partition, exact_stage, fan_out, id_partition, index_item,
+                           pack_batches, unpack_batch)
 from ..core.store import WriteBack
 from ..core.verdict import json_record
 from ..kafka_io import client_config
@@ -229,7 +229,7 @@ def build_app(settings: Settings) -> faust.App:
     # bucket is rewritten whenever a document touches it), and retention on the changelog (topics.toml).
     ttl_s = w.state_ttl_s or max(3600, 2 * settings.engine.window_ms // 1000)
     # Faust's RocksDB defaults (3 x 64 MiB memtables and a 2 GiB block cache per database) are sized for
-    # one big table; here every table partition is a database (3 tables x partitions), so the worker's
+    # one big table; here every table partition is a database (4 tables x partitions), so the worker's
     # memory would grow towards gigabytes, and a memtable that never fills is never flushed, so
     # TTL compaction never drops the expired entries (the soak test measures both).
     # One memory budget for all of them (stream/rocks.py).
@@ -243,6 +243,8 @@ def build_app(settings: Settings) -> faust.App:
                          changelog_topic=topic(f"{t.internal_prefix}.{name}-changelog", compacted=True))
 
     exact_t, index_t, decide_t = table("exact"), table("index"), table("decide")
+    # the first content's digest of each page id, on the id's pages partition (``admit_id``)
+    ids_t = table("ids") if w.reject_id_conflicts else None
 
     preparer = Preparer(settings)
     log.info("segmenter and parsers loaded in %.1f s", preparer.warm())
@@ -260,6 +262,7 @@ def build_app(settings: Settings) -> faust.App:
         sender = BulkSender(bulk, guard.watch)
     app.stream_dedup_delivery_guard = guard  # type: ignore[attr-defined]
     exact_map, index_map, decide_map = (TableMapping(t_, bulk, sender) for t_ in (exact_t, index_t, decide_t))
+    ids_map = TableMapping(ids_t, bulk, sender) if ids_t is not None else None
     exact_by_part: dict[int, ExactStore] = {}
     # index and decide write through a per-batch write-back layer (see WriteBack): one changelog
     # record per touched key per batch, and decide states only after the batch's output is delivered
@@ -639,7 +642,7 @@ def build_app(settings: Settings) -> faust.App:
 
     @app.agent(pages)
     async def prepare(stream: StreamT) -> None:
-        await guarded(stream, "prepare", prepare_batch)
+        await guarded(stream, "prepare", prepare_batch, ids_map.discard if ids_map is not None else lambda: None)
 
     async def prepare_batch(whole: list) -> bool:
         """Prepares a batch of page events; False when the worker is stopping."""
@@ -669,6 +672,8 @@ def build_app(settings: Settings) -> faust.App:
             if slow_stage:
                 await injected_delay("prepare")
             counts["in"] += 1
+            if ids_map is not None and not isinstance(p, Exception):
+                p = admitted(ev, p)
             if isinstance(p, Exception):  # bad input never stops the worker
                 reason, detail = (p.reason, p.detail) if isinstance(p, Rejected) else ("internal_error", repr(p))
                 if reason == "internal_error":
@@ -690,6 +695,8 @@ def build_app(settings: Settings) -> faust.App:
         injected_failure("prepare")
         if await send_batches(out) is None:
             return False
+        if ids_map is not None:
+            await ids_map.send()
         metrics.events_in.inc(len(batch))
         if w.inject_stall and not counts["injected_stalls"]:
             # a partition assigned and never fetched again (faust-streaming #175), on purpose
@@ -697,6 +704,21 @@ def build_app(settings: Settings) -> faust.App:
             app.consumer.pause_partitions({tp for tp in app.consumer.assignment()
                                            if tp.topic == pages.get_topic_name()})
         return True
+
+    def admitted(ev: EventT, p: Prepared) -> Prepared | Rejected:
+        """``p``, or its rejection when its id came before with other content (``admit_id``).
+
+        The table is written at once (a replay, here or on the partition's next owner, then finds
+        the same digest and goes through) and its changelog records go with the batch's output."""
+        assert ids_map is not None
+        key = p.id.encode("utf-8", "surrogatepass")
+        with under(ev):
+            try:
+                if admit_id(ids_map.get(key), p):
+                    ids_map[key] = p.digest
+            except Rejected as e:
+                return e
+        return p
 
     def drop_index_batch() -> None:
         """The index agent's table writes of a batch it holds for replay (see ``hold``)."""
@@ -941,7 +963,7 @@ def build_app(settings: Settings) -> faust.App:
         for kind, value in in_heap.items():
             metrics.heap.labels(kind).set(value)
         tables = Path(app.conf.tabledir)
-        for name in ("exact", "index", "decide"):
+        for name in ("exact", "index", "decide") + (("ids",) if ids_t is not None else ()):
             metrics.state_bytes.labels(name).set(sum(f.stat().st_size for d in tables.glob(f"{name}-*.db")
                                                      for f in d.rglob("*") if f.is_file()))
         return dict(in_heap, rocksdb=in_rocksdb)

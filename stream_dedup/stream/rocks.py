@@ -1,6 +1,6 @@
 """One memory budget for all of a worker's RocksDB databases (Faust store ``rocksdb-bounded://``).
 
-Faust opens one RocksDB database per table partition (3 tables x partitions, 18 at the default 6),
+Faust opens one RocksDB database per table partition (4 tables x partitions, 24 at the default 6),
 each with its own block cache and its own memtables. Their memory then grows with the number of
 partitions a worker holds and with how long it has run (caches fill, index and filter blocks of every
 SST file stay on the heap), which the soak test saw as RSS that kept rising after warm-up. Here every

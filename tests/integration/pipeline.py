@@ -15,6 +15,7 @@ from pathlib import Path
 
 from stream_dedup.config import Settings
 from stream_dedup.kafka_io import consumer, producer, send
+from stream_dedup.produce import event_key
 
 from ..conftest import SHARED
 
@@ -180,8 +181,8 @@ def produce_events(settings: Settings, events: list, extra_raw: list[bytes] = ()
             ahead = (i + 1) / rate - (time.monotonic() - t0)
             if ahead > 0:
                 time.sleep(ahead)
-    for raw in extra_raw:
-        p.produce(settings.topics.pages, value=raw)
+    for raw in extra_raw:  # keyed as `stream-dedup produce` keys them: by id, where there is one
+        send(p, settings.topics.pages, raw, event_key(raw))
     assert p.flush(60) == 0
 
 

@@ -23,6 +23,17 @@ BAD = [b"{not json", b"\xff\xfe\xfa", b'{"text": "no id"}', b'{"id": "bad-1"}', 
        b'[1, 2, 3]', b'{"id": "bad-3", "text": "x", "ts": "noon"}']
 
 
+BAD_REASONS = {"not_json", "bad_utf8", "missing_id", "missing_text", "bad_text", "not_object", "bad_ts"}
+
+
+def conflicting(events: list[dict]) -> bytes:
+    """A page event with the id of one of ``events`` and other content, produced after it: `scan`
+    rejects it (``id_conflict``) and keeps the first content's verdict, and so must the workers."""
+    first = events[len(events) // 2]
+    return json.dumps({"id": first["id"], "text": "这条短信借用了另一篇文档的编号，内容却完全不同，应当被拒收。"},
+                      ensure_ascii=False).encode()
+
+
 def scan_verdicts(settings: Settings, events: list[dict]) -> dict[str, tuple]:
     return scan_all(settings, events)[0]
 
@@ -65,31 +76,33 @@ def check_clusters(settings: Settings, events: list[dict]) -> None:
 
 
 def run_and_collect(settings: Settings, events: list[dict], timeout: float, during=None,
-                    total: int | None = None) -> tuple[dict, list]:
-    """Produce the events (and BAD), then read verdicts until ``total`` ids (default: these events) have one."""
+                    total: int | None = None, extra: list[bytes] = BAD) -> tuple[dict, list]:
+    """Produce the events (and ``extra``, after them), then read verdicts until ``total`` ids (default:
+    these events) have one."""
     n = total or len(events)
-    produce_events(settings, events, extra_raw=BAD)
+    produce_events(settings, events, extra_raw=extra)
     if during:
         during()
     verdicts = read_all(settings, settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= n, timeout=timeout)
     time.sleep(3)  # revisions still in flight
     verdicts = read_all(settings, settings.topics.verdicts, until=lambda ms: False, timeout=30, idle=5)
-    dlq = read_all(settings, settings.topics.dlq, until=lambda ms: len(ms) >= len(BAD), timeout=60)
+    dlq = read_all(settings, settings.topics.dlq, until=lambda ms: len(ms) >= len(extra), timeout=60)
     return latest(verdicts), dlq
 
 
-def check(settings, events, got, dlq, workers):
+def check(settings, events, got, dlq, workers, extra: list[bytes] = BAD):
     # a replay after a crash may dead-letter an event twice: one record per source offset counts
     dlq = list({(d["topic"], d["partition"], d["offset"]): d for d in dlq}.values())
     expected = scan_verdicts(settings, events)
-    assert len(got) + len(dlq) == len(events) + len(BAD), workers.logs()
+    assert len(got) + len(dlq) == len(events) + len(extra), workers.logs()
     assert set(got) == {e["id"] for e in events}
     diverged = {i: (key_of(got[i]), expected[i]) for i in expected if key_of(got[i]) != expected[i]}
     # the whole verdict (revision, detector, similarity, ts) of each example: what a rare divergence needs to be traced
     assert not diverged, (f"{len(diverged)} verdicts differ from scan, e.g. (id, latest verdict, scan's key): "
                           f"{[(i, got[i], expected[i]) for i in list(diverged)[:8]]}\n{workers.notable()}")
-    assert {d["reason"] for d in dlq} == {"not_json", "bad_utf8", "missing_id", "missing_text", "bad_text",
-                                          "not_object", "bad_ts"}
+    conflicts = len(extra) - len(BAD)
+    assert {d["reason"] for d in dlq} == BAD_REASONS | ({"id_conflict"} if conflicts else set())
+    assert sum(d["reason"] == "id_conflict" for d in dlq) == conflicts
     assert all(d["original_b64"] and d["offset"] is not None for d in dlq)
     dups = sum(1 for v in got.values() if v["verdict"] == "duplicate")
     assert dups > 0.05 * len(events)
@@ -109,10 +122,12 @@ def test_convergence_with_scan(kafka_settings, tmp_path, stream_events, n_worker
     try:
         for i in range(n_workers):
             workers.start(f"w{i}")
-        got, dlq = run_and_collect(kafka_settings, stream_events, timeout=900)
+        # and one event that reuses an earlier one's id with other content
+        extra = BAD + [conflicting(stream_events)]
+        got, dlq = run_and_collect(kafka_settings, stream_events, timeout=900, extra=extra)
     finally:
         workers.stop_all()
-    check(kafka_settings, stream_events, got, dlq, workers)
+    check(kafka_settings, stream_events, got, dlq, workers, extra)
     check_clusters(kafka_settings, stream_events)
     if n_workers == 1:  # one worker held every partition the whole run: its state is all of the state
         check_changelogs_hold_the_local_state(kafka_settings, tmp_path / "state-w0")
@@ -145,7 +160,7 @@ def check_changelogs_hold_the_local_state(settings: Settings, state: Path) -> No
     (stream/changelog.py): replaying the changelog must give what the worker's RocksDB files hold, or a
     partition that moves would be restored with less (or other) state than its owner had."""
     compared = 0
-    for name in ("exact", "index", "decide"):
+    for name in ("exact", "index", "decide", "ids"):
         topic = f"{settings.topics.internal_prefix}.{name}-changelog"
         restored = changelog_contents(settings, topic)
         dbs = sorted(state.rglob(f"{name}-*.db"))
