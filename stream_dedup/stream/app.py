@@ -709,15 +709,18 @@ def build_app(settings: Settings) -> faust.App:
         """``p``, or its rejection when its id came before with other content (``admit_id``).
 
         The table is written at once (a replay, here or on the partition's next owner, then finds
-        the same digest and goes through) and its changelog records go with the batch's output."""
+        the same digest and goes through) and its changelog records go with the batch's output.
+        Written again when the digest is already there: a batch held at shutdown keeps its local
+        writes and drops their changelog records (``TableMapping.discard``), and its replay must
+        send them, or a partition restored elsewhere would not know the id."""
         assert ids_map is not None
         key = p.id.encode("utf-8", "surrogatepass")
         with under(ev):
             try:
-                if admit_id(ids_map.get(key), p):
-                    ids_map[key] = p.digest
+                admit_id(ids_map.get(key), p)
             except Rejected as e:
                 return e
+            ids_map[key] = p.digest
         return p
 
     def drop_index_batch() -> None:

@@ -87,6 +87,7 @@ def check_metrics(port: int, n_events: int, settings) -> None:
         assert value(m, "stream_dedup_batch_seconds_count", stage=stage) == batches, stage
     assert value(m, "stream_dedup_batch_messages_sum", stage="prepare") == n_events + 2
     assert value(m, "stream_dedup_state_bytes", table="index") > 0
+    assert value(m, "stream_dedup_state_bytes", table="ids") > 0  # the prepare agent's ids (id_conflict)
     # the tables' memtables are charged to the one shared cache, which stays within its budget
     budget = settings.worker.rocksdb_memory_mb << 20
     assert 0 < value(m, "stream_dedup_rocksdb_memory_bytes") <= 1.1 * budget
