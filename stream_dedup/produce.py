@@ -25,12 +25,14 @@ def _lines(path: str) -> Iterator[bytes]:
 
 
 def event_key(line: bytes) -> bytes | None:
-    """The id as the message key, so replays of one id land on one partition; None when unreadable."""
+    """The id as the message key, so every event of one id lands on one partition (the workers
+    check ``id_conflict`` per partition); None when unreadable, and the worker dead-letters the
+    line. JSON nested too deeply for Python's parser is unreadable too, not a crash of the command."""
     try:
         doc = json.loads(line)
         ident = doc.get("id") if isinstance(doc, dict) else None
         return str(ident).encode() if isinstance(ident, (str, int)) and not isinstance(ident, bool) else None
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # UnicodeDecodeError and a lone surrogate's encode error are ValueErrors
         return None
 
 

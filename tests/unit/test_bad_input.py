@@ -73,3 +73,17 @@ def test_a_50_mb_document_is_rejected_as_oversized_before_parsing():
     s = Settings()
     s.text.max_chars = 20_000_000  # raised limits take it (max bytes = 4 x max chars)
     assert Preparer(s).document(raw, default_ts=1).id == "huge"
+
+
+def test_produce_keys_every_nasty_line_by_its_id_or_not_at_all():
+    """``stream-dedup produce`` keys a line by its id (the workers' id_conflict check is per
+    pages partition); a line it cannot read goes unkeyed to the worker, which dead-letters it. JSON
+    nested 100,000 deep made ``json.loads`` raise RecursionError, which stopped the command."""
+    from stream_dedup.produce import event_key
+
+    keys = {name: event_key(raw) for name, raw in nasty_events()}
+    assert keys["deep-json"] is None and keys["not-json"] is None and keys["bad-utf8"] is None
+    assert keys["lone-surrogate-id"] is None and keys["null-id"] is None and keys["bool-id"] is None
+    assert keys["dup-id-b"] == b"nasty-dup-id-a"
+    assert keys["long-id"] == b"x" * 5000
+    assert event_key(json.dumps({"id": 42, "text": "数字编号"}).encode()) == b"42"
