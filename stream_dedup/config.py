@@ -160,7 +160,7 @@ class WorkerSettings(_Section):
                            "(one batch: one message per destination partition, one state write per key)")] = 1024
     reject_id_conflicts: Annotated[bool, Meta(description="dead-letter a page event whose id was seen with other "
                                    "content (reason id_conflict), as scan does: the first content of an id stands. One "
-                                   "table read per event and a write per new id, on the id's pages partition (pages "
+                                   "table read and write per event, on the id's pages partition (pages "
                                    "keyed by id, as `stream-dedup produce` does); off when ids are unique by "
                                    "construction")] = True
     prepare_slice_bytes: Annotated[int, Meta(ge=1, le=1 << 26, description="page bytes the prepare agent "
