@@ -1,7 +1,7 @@
 """The stage functions of the dataflow, shared by both drivers.
 
     prepare ──► probes ──► index ─────────────► answers ──► decide
-    (stateless) (by band-key partition: the    (by doc id)
+    (admit_id)  (by band-key partition: the    (by doc id)
                  document's probes; by digest:
                  its exact check)
 

@@ -1,10 +1,10 @@
 """The Kafka worker: a Faust app whose agents move messages between the core's stage functions.
 
     pages ─► prepare ─┬─► {internal}.probes ────────► index ──► {internal}.answers ─► decide ─► verdicts
-             (stateless) │    partition = band key      tables       partition = doc id   table     unique / duplicate
+    (by id)  table "ids" │    partition = band key      tables       partition = doc id   table     unique / duplicate
                          │    (probes), digest (the     "index",                          "decide"
                          │    exact check)              "exact"
-                         └─► pages.dlq
+                         └─► pages.dlq (bad input, id_conflict)
 
 prepare sends a document's probes to the index partitions and its digest to the partition that
 owns it, on one topic (``stages.fan_out``, ``stages.index_item``): two hops from page to verdict.
@@ -12,8 +12,9 @@ owns it, on one topic (``stages.fan_out``, ``stages.index_item``): two hops from
 Each stateful agent owns RocksDB-backed Faust tables (rocksdict) whose changelogs are the
 ``*-changelog`` topics in ``topics/topics.toml``; Faust restores a partition's table from it when the
 partition moves. A table partition is only read and written while processing an event of the same
-partition number, which is exactly how the messages are routed: by digest (exact) and by band-key
-partition (index: ``stages.key_partition``), by document id (decide). All deciding happens in
+partition number, which is exactly how the messages are routed: by page id (ids: the producer keys
+pages by id), by digest (exact) and by band-key partition (index: ``stages.key_partition``), by
+document id (decide). All deciding happens in
 ``core.stages``; this module only moves bytes and keeps counts.
 """
 from __future__ import annotations
