@@ -134,7 +134,7 @@ def topics() -> None:
 @topics.command("apply")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--grow-input", is_flag=True,
-              help="give the pages topic its defined partition count when it has fewer (it holds no state)")
+              help="give the pages topic its defined partition count when it has fewer (its only state is the id check's)")
 @pass_ctx
 def topics_apply(c: Ctx, as_json: bool, grow_input: bool) -> None:
     """Create missing topics; report drift (partitions, config) without changing existing ones,

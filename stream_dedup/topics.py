@@ -5,8 +5,10 @@ count changes which worker owns which bucket, and fixing it is an operator's dec
 README, "Scaling out"). Drift is reported so that the decision is informed.
 
 One exception, asked for with ``grow_input``: the input topic may gain partitions up to its
-spec. No state is keyed by a pages partition (documents are routed to their index and decide
-partitions by hash), so more pages partitions only let more workers share the prepare stage.
+spec. Documents are routed to their index and decide partitions by hash, so more pages
+partitions let more workers share the prepare stage. The one state keyed by a pages partition is
+the id check's (``stages.admit_id``): an id that moves to a new partition is not known there, so
+a second content under it, sent after the growth, is judged instead of rejected.
 It matters when a producer created the topic first, with the broker's default of 1 partition.
 Nothing else is grown: the internal topics' and changelogs' partitions are where the state
 lives, and the compacted outputs would hold two latest records per id.
