@@ -46,13 +46,29 @@ class GenerationalCache(Generic[K, V]):
         return v
 
     def get_many(self, keys: Iterable[K]) -> list[V]:
-        """``get`` of each key; when all are young, one ``map`` over ``dict.get`` and no Python call each."""
+        """``get`` of each key: one ``map`` over the young generation's ``dict.get``, and the keys
+        it lacks looked up in the old one, computed and inserted all at once.
+
+        Why at once: a news article brings dozens of words the young generation lacks (a stream's
+        long tail), and a ``miss`` call for each cost about 1.5 µs, 35 µs of the article's 600. Where
+        the inserts would overfill the young generation, each key goes through ``miss``, which
+        rotates the generations as it fills, so the bound holds."""
         keys = keys if isinstance(keys, list) else list(keys)
-        vals: list[Any] = list(map(self.young.get, keys))
-        if None in vals:
+        young = self.young
+        vals: list[Any] = list(map(young.get, keys))
+        if None not in vals:
+            return vals
+        lacking = [k for v, k in zip(vals, keys) if v is None]
+        if len(young) + len(lacking) > self.size:
             miss = self.miss
-            vals = [v if v is not None else miss(k) for v, k in zip(vals, keys)]
-        return vals
+            return [v if v is not None else miss(k) for v, k in zip(vals, keys)]
+        found: list[Any] = list(map(self.old.get, lacking))
+        if None in found:
+            compute = self.compute
+            found = [f if f is not None else compute(k) for f, k in zip(found, lacking)]
+        young.update(zip(lacking, found))
+        fill = iter(found).__next__
+        return [v if v is not None else fill() for v in vals]
 
     def resize(self, size: int) -> None:
         """A new bound per generation; a smaller one takes effect at the next insertion."""

@@ -20,7 +20,6 @@ _INVISIBLE = re.compile(
     "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f"
     "\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb\x00-\x08\x0e-\x1f\x7f-\x9f\U000e0000-\U000e007f"
     "\ud800-\udfff]")
-_WS = re.compile(r"\s+")
 _CJK = "\u2e80-\u2fff\u3040-\u30ff\u3100-\u312f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
 # punctuation that survives NFKC, folded to one ASCII form (NFKC already folds ，；：？！（） etc.)
 _PUNCT = {
@@ -32,23 +31,61 @@ _PUNCT = {
 }
 
 
-def _char_folder(table: dict[str, str]) -> Callable[[str], str]:
-    """``str.translate`` with ``table``, by one regular expression over the characters it maps.
+def _char_folder(table: dict[str, str], common: tuple[str, ...] = ()) -> Callable[[str], str]:
+    """``str.translate`` with ``table``, by ``str.replace`` for the ``common`` characters and one
+    regular expression over the others.
 
     Why: ``translate`` with a mapping looks every character of a non-ASCII string up in a Python
     dict, and the texts here are Chinese: 3.6 µs of an SMS's 12 µs of normalization, and 2.8 µs
     of its 5 µs skeleton. The expression skips the characters that stay in C and calls back only
-    for the few that change (1.1 and 0.6 µs, the same output)."""
-    pattern = re.compile("[" + "".join(re.escape(c) for c in table) + "]")
+    for the few that change (1.1 and 0.6 µs, the same output). A news article holds dozens of
+    。、“”, and a callback for each cost 9 µs; a ``replace`` per common character (a scan in C,
+    skipped where the character is absent) and the expression for the rare ones cost 4 µs."""
+    if any(table[c] in table for c in common):
+        raise ValueError("a common character's replacement must not be folded again")
+    pairs = [(c, table[c]) for c in common]
+    rare = [c for c in table if c not in common]
+    pattern = re.compile("[" + "".join(re.escape(c) for c in rare) + "]" if rare else "(?!)")
     get = table.__getitem__
-    return lambda text: pattern.sub(lambda m: get(m.group()), text)
+
+    def fold(text: str) -> str:
+        for c, r in pairs:
+            if c in text:
+                text = text.replace(c, r)
+        return pattern.sub(lambda m: get(m.group()), text) if pattern.search(text) else text
+
+    return fold
 
 
-_fold_punct = _char_folder(_PUNCT)
-_SPACE_AROUND = re.compile(rf" (?=[{_CJK}\W])|(?<=[{_CJK}\W]) ")
+_fold_punct = _char_folder(_PUNCT, common=("。", "、", "“", "”", "《", "》"))
+# A space next to CJK or punctuation. It starts with the space itself, so the engine scans for
+# spaces in C and tries the neighbours only there: ``" (?=[...])|(?<=[...]) "`` (the same matches)
+# tried its look-behind at every character, 13 µs of a news article's 120 µs of normalization.
+_SPACE_AROUND = re.compile(rf" (?:(?=[{_CJK}\W])|(?<=[{_CJK}\W] ))")
 _DECIMAL_DOT = re.compile(r"(?<=\d)\.(?=\d)")
 _SENTENCE = re.compile(r"[^.?!;\n]+(?:[.?!;]+[\"')\]]*|$)|[.?!;]+")
 SENTENCE_END = frozenset(".?!;")
+
+
+# Characters whose compatibility decomposition (NFKD) is ASCII, and that Chinese text is full of:
+# the full-width forms of ASCII, the ideographic space, the no-break space and the ellipsis.
+_COMPAT_ASCII = {chr(c): chr(c - 0xFEE0) for c in range(0xFF01, 0xFF5F)} | {
+    "\u3000": " ", "\xa0": " ", "…": "..."}
+_fold_compat = _char_folder(_COMPAT_ASCII, common=("，", "：", "！", "？", "；", "（", "）", "\xa0", "…", "\u3000"))
+
+
+def nfkc(text: str) -> str:
+    """``unicodedata.normalize("NFKC", text)``, 9x faster on Chinese news (67 -> 7 µs an article).
+
+    Why it can skip the normalization: NFKC is the canonical composition of NFKD, so replacing a
+    character by its own NFKD (here an ASCII string, ``_COMPAT_ASCII``) leaves the NFKC of the
+    whole text as it was; what is left is usually NFKC already, which ``is_normalized`` answers
+    from a quick check table. Full NFKC decomposed and recomposed every character of any text
+    with one full-width comma in it, i.e. of nearly every Chinese article."""
+    if unicodedata.is_normalized("NFKC", text):
+        return text
+    text = _fold_compat(text)
+    return text if unicodedata.is_normalized("NFKC", text) else unicodedata.normalize("NFKC", text)
 
 
 @lru_cache(maxsize=1)
@@ -71,12 +108,12 @@ def normalize(text: str, *, t2s: bool = True) -> str:
     whitespace collapsed, and spaces next to CJK characters or punctuation removed (Chinese
     does not use them, so they are layout or noise).
     """
-    s = unicodedata.normalize("NFKC", text)
-    s = _INVISIBLE.sub("", s)
+    s = _INVISIBLE.sub("", nfkc(text))
     if t2s:
         s = to_simplified(s)
-    s = _fold_punct(s).casefold()
-    s = _WS.sub(" ", s).strip()
+    # runs of whitespace to one space, stripped: str.split's whitespace is re's \s (both
+    # ``Py_UNICODE_ISSPACE``), and the split and join cost a third of ``_WS.sub`` on an article
+    s = " ".join(_fold_punct(s).casefold().split())
     return _SPACE_AROUND.sub("", s) if " " in s else s
 
 

@@ -9,9 +9,11 @@ from stream_dedup.core.hashing import _HASHES, hash64, hash64_list
 from stream_dedup.core.tokenize import WordTokenizer, _keep_cache
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.text(max_size=4), max_size=300), st.integers(1, 20))
-def test_answers_equal_the_function_and_memory_stays_within_two_generations(keys, size):
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(max_size=4), max_size=300), st.integers(1, 60), st.lists(st.integers(1, 40), min_size=1))
+def test_answers_equal_the_function_and_memory_stays_within_two_generations(keys, size, chunks):
+    """``get`` and ``get_many`` (in chunks that fit the young generation or overfill it) answer
+    what the function does, compute no key twice in a row, and keep both generations bounded."""
     calls: list[str] = []
 
     def compute(k: str) -> int:
@@ -21,9 +23,16 @@ def test_answers_equal_the_function_and_memory_stays_within_two_generations(keys
     c = GenerationalCache(compute, size)
     half = len(keys) // 2
     assert [c.get(k) for k in keys[:half]] == [len(k) * 7 + 1 for k in keys[:half]]
-    assert c.get_many(keys[half:]) == [len(k) * 7 + 1 for k in keys[half:]]
     assert len(c.young) <= size and len(c.old) <= size
+    i = half
+    for n in chunks * (len(keys) // max(1, sum(chunks)) + 1):
+        part = keys[i:i + n]
+        assert c.get_many(part) == [len(k) * 7 + 1 for k in part]
+        assert len(c.young) <= size and len(c.old) <= size
+        i += n
     assert len(calls) <= len(keys)
+    assert c.get_many(keys[-1:]) == [len(k) * 7 + 1 for k in keys[-1:]]
+    assert len(calls) <= len(keys)  # the last key was just used: not computed again
 
 
 def test_a_key_used_within_the_last_generation_is_not_recomputed():

@@ -95,6 +95,22 @@ def test_words_filtered_while_segmenting_equal_the_filter_over_jiebas_tokens(jie
     assert WordTokenizer().words(t) == WordTokenizer(segmenter="jieba").words(t)
 
 
+def test_words_in_one_call_equal_the_words_block_by_block():
+    """``JiebaRs.words`` hands rjieba all Han blocks joined by newlines where the text allows; on
+    real news (long texts, decimals, ranges, URLs) and SMS the words are those of one call a block."""
+    rs = segment.load(None, "rjieba")
+    stop = WordTokenizer().stopwords
+    texts = []
+    for rel, n in (("news/thucnews_1000.jsonl", 1000), ("sms/sms_spam_zh.jsonl", 5000)):
+        with open(shared_data(rel), encoding="utf-8") as f:
+            texts += [_prepared(json.loads(line)["text"]) for _, line in zip(range(n), f)]
+    fast = [t for t in texts if segment._OTHER_WORD.search(t) is None]
+    assert len(fast) > 0.9 * len(texts)
+    assert sum(segment._JOINERS.search(t) is not None for t in fast) > 500  # the path that splits tokens
+    for t in fast:
+        assert rs.words(t, stop) == rs._words_by_block(t, stop), t
+
+
 def test_user_dictionary_is_read_as_jieba_reads_it(tmp_path):
     user = tmp_path / "user.txt"
     user.write_text("\ufeff凯伦诗服装 10 nz\n云计算平台\nx.x折 5\n\n北京时间报道 3 n\n", encoding="utf-8")

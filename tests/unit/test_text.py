@@ -1,5 +1,26 @@
-from stream_dedup.core.text import normalize, skeleton, split_sentences
+import json
+import re
+import unicodedata
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stream_dedup.core.text import _CJK, _SPACE_AROUND, nfkc, normalize, skeleton, split_sentences
 from stream_dedup.core.tokenize import WordTokenizer, char_ngrams
+
+from ..conftest import shared_data
+
+# Characters where the fast paths could go wrong: full-width forms and the spaces and ellipsis
+# that ``nfkc`` replaces before its check, ASCII they turn into, combining marks that compose with
+# that ASCII (A + U+0301 is Á), other compatibility forms (ligatures, circled digits, half-width
+# katakana, Hangul jamo that compose), punctuation that ``_PUNCT`` folds, CJK and whitespace.
+_TRICKY = st.text(st.sampled_from(
+    "，：！？；（）\u3000\xa0…．－％ＡＺａｚ０９＂＇＼～"
+    "AaZz09.,:;!?()'\" -~\u0301\u0308\u0327\u20dd\u3099\u309a"
+    "ﬁ①㈱ｶﾞｰ\u1100\u1161\u11a8\u2126\u212b"
+    "。、“”《》【】—「」‘’•★"
+    "北京時間新浪体育讯カ\U00020000 \t\n"), max_size=40)
 
 
 def test_width_traditional_punctuation_and_invisibles_fold_to_one_form():
@@ -27,15 +48,66 @@ def test_skeleton_strips_spam_noise_and_folds_numbers():
     assert a == b == "加微信领取优惠电话#"
 
 
-def test_folding_by_expression_gives_what_translate_gives():
-    """``_char_folder`` replaces ``str.translate`` (a dict lookup per character) for speed only."""
+@pytest.mark.parametrize("common", [(), ("。", "、", "“", "”", "《", "》"), ("。", "o")])
+def test_folding_by_expression_gives_what_translate_gives(common):
+    """``_char_folder`` replaces ``str.translate`` (a dict lookup per character) for speed only,
+    with or without its ``str.replace`` of the common characters."""
     from stream_dedup.core.text import _PUNCT, _char_folder
 
     table = dict(_PUNCT, **{"o": "0", "零": "0"})
-    fold = _char_folder(table)
+    fold = _char_folder(table, common)
     text = "【特价】“零”元购！—— 立即 o 领取：《活动》‘限时’～ 。、a.b[c]-d*e?f\\g^h 壹" + "".join(table)
     assert fold(text) == text.translate(str.maketrans(table))
     assert fold("没有要换的字") == "没有要换的字"
+    assert fold(text[::-1]) == text[::-1].translate(str.maketrans(table))
+
+
+def test_a_common_character_must_not_be_folded_twice():
+    from stream_dedup.core.text import _char_folder
+
+    with pytest.raises(ValueError, match="folded again"):
+        _char_folder({"a": "b", "b": "c"}, common=("a",))
+
+
+def test_compatibility_folds_are_the_characters_own_decompositions():
+    """What ``nfkc``'s correctness rests on: each replacement is the character's full NFKD."""
+    from stream_dedup.core.text import _COMPAT_ASCII
+
+    assert len(_COMPAT_ASCII) == 97
+    for c, r in _COMPAT_ASCII.items():
+        assert unicodedata.normalize("NFKD", c) == r, hex(ord(c))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_TRICKY)
+def test_nfkc_is_unicodedata_nfkc(text):
+    assert nfkc(text) == unicodedata.normalize("NFKC", text)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_TRICKY)
+def test_space_pattern_matches_a_space_beside_cjk_or_punctuation(text):
+    """The pattern is written for speed; this is what it must mean, position by position."""
+    side = re.compile(rf"[{_CJK}\W]")
+    want = "".join(ch for i, ch in enumerate(text) if not (
+        ch == " " and ((i + 1 < len(text) and side.match(text[i + 1])) or (i > 0 and side.match(text[i - 1])))))
+    assert _SPACE_AROUND.sub("", text) == want
+
+
+def test_nfkc_on_the_sample_corpora():
+    """Every text of the shared corpora (news, headlines, SMS) normalizes as full NFKC would."""
+    files = [shared_data("news/thucnews_1000.jsonl"), shared_data("news/thucnews_titles_20k.jsonl"),
+             shared_data("sms/sms_spam_zh.jsonl")]
+    n = changed = 0
+    for f in files:
+        with open(f, encoding="utf-8") as lines:
+            for line in lines:
+                text = json.loads(line).get("text") or ""
+                want = unicodedata.normalize("NFKC", text)
+                assert nfkc(text) == want
+                n += 1
+                changed += want != text
+    assert n > 100_000 and changed > 1000  # the corpora were read, and NFKC had work in them
 
 
 def test_jieba_words_drop_stopwords_and_punctuation_and_user_dict(tmp_path):
@@ -74,3 +146,13 @@ def test_preparer_warm_loads_the_segmenter_and_converter_before_the_first_docume
     p.prepare({"id": "a", "text": "预热专用词之后的第一条短信", "ts": 1})
     assert segment._loaded[key] is loaded  # built once, by warm
     assert "预热专用词" in p.tokenizer.words("预热专用词之后")
+
+
+def test_str_split_whitespace_is_the_whitespace_of_regular_expressions():
+    """``normalize`` collapses whitespace with ``str.split`` where it used ``re.sub(r"\\s+", " ")``."""
+    import sys
+
+    split = {c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()}
+    pattern = re.compile(r"\s")
+    assert split == {c for c in map(chr, range(sys.maxunicode + 1)) if pattern.match(c)}
+    assert normalize(" a\u2028b\u1680c\x0b\x0cd\u3000e\u205ff \t\r\n g\u2029") == "a b c d e f g"
