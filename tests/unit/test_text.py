@@ -67,6 +67,9 @@ def test_a_common_character_must_not_be_folded_twice():
 
     with pytest.raises(ValueError, match="folded again"):
         _char_folder({"a": "b", "b": "c"}, common=("a",))
+    with pytest.raises(ValueError, match="folded again"):
+        _char_folder({"a": "xyb", "b": "c"}, common=("a",))
+    assert _char_folder({"a": "xy", "b": "c"}, common=("a",))("ab") == "xyc"
 
 
 def test_compatibility_folds_are_the_characters_own_decompositions():
