@@ -52,7 +52,7 @@ def _char_folder(table: dict[str, str], common: tuple[str, ...] = ()) -> Callabl
         for c, r in pairs:
             if c in text:
                 text = text.replace(c, r)
-        return pattern.sub(lambda m: get(m.group()), text) if pattern.search(text) else text
+        return pattern.sub(lambda m: get(m.group()), text)  # no match: ``text`` itself, no copy
 
     return fold
 
