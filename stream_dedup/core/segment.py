@@ -37,7 +37,7 @@ _HAN_CHAR = re.compile(r"[\u4E00-\u9FD5]")
 _WORD_CHAR = re.compile(r"\w")
 _NON_WORD_JOINERS = "+#&.%-"  # the joiners that are not word characters ("_" is one)
 _OTHER_WORD = re.compile(r"[^\W\u4E00-\u9FD5a-zA-Z0-9_]")  # a word character outside _HAN_BLOCK's
-_NEWLINE = "\n"
+_BLOCK_SEP = "\n"  # joins the Han blocks for one rjieba call; never inside a block, given back as a token
 
 SEGMENTERS = ("rjieba", "jieba")
 
@@ -141,13 +141,13 @@ class JiebaRs:
             han = _HAN_BLOCK.findall(text)
             if not han:
                 return []
-            words = self._cut("\n".join(han))
+            words = self._cut(_BLOCK_SEP.join(han))
             if _JOINERS.search(text) is not None:  # in a Han block: _JOINERS' characters are in its pattern
                 words, joined = self._split_joined(words)
                 # no word character: only joiners ("_" is one), or the newline between blocks
-                drop = {w for w in joined if not w.strip(_NON_WORD_JOINERS) or w == "\n"}
+                drop = {w for w in joined if not w.strip(_NON_WORD_JOINERS) or w == _BLOCK_SEP}
                 return [w for w in words if w not in drop and w not in stopwords]
-            return list(filterfalse(stopwords.__contains__, filter(_NEWLINE.__ne__, words)))
+            return list(filterfalse(stopwords.__contains__, filter(_BLOCK_SEP.__ne__, words)))
         return self._words_by_block(text, stopwords)
 
     def _words_by_block(self, text: str, stopwords: frozenset[str]) -> list[str]:
