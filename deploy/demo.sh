@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
 PORT="${DEMO_PORT:-9092}"
+WEB_PORT="${DEMO_WEB_PORT:-6066}"  # the workers' status pages: this port and the next (0: none)
 started_broker=0
 pids=()
 prefix="demo$(date +%s)"
@@ -24,7 +25,8 @@ fi
 # topic names private to this demo run, so that it can be repeated against the same cluster
 export STREAM_DEDUP_TOPICS__PAGES="$prefix.pages" STREAM_DEDUP_TOPICS__DLQ="$prefix.pages.dlq" \
        STREAM_DEDUP_TOPICS__VERDICTS="$prefix.verdicts" STREAM_DEDUP_TOPICS__UNIQUE="$prefix.unique" \
-       STREAM_DEDUP_TOPICS__DUPLICATE="$prefix.duplicate" STREAM_DEDUP_TOPICS__INTERNAL_PREFIX="$prefix" \
+       STREAM_DEDUP_TOPICS__DUPLICATE="$prefix.duplicate" STREAM_DEDUP_TOPICS__CLUSTERS="$prefix.clusters" \
+       STREAM_DEDUP_TOPICS__INTERNAL_PREFIX="$prefix" \
        STREAM_DEDUP_WORKER__APP_ID="$prefix" STREAM_DEDUP_TOPICS__PARTITIONS=4
 
 echo "== topics apply"
@@ -33,7 +35,7 @@ $BIN/stream-dedup topics apply
 echo "== two workers"
 mkdir -p .cache/demo
 for i in 1 2; do
-  STREAM_DEDUP_WORKER__STATE_DIR=".cache/demo/$prefix-w$i" STREAM_DEDUP_WORKER__WEB_PORT=$((6065 + i)) \
+  STREAM_DEDUP_WORKER__STATE_DIR=".cache/demo/$prefix-w$i" STREAM_DEDUP_WORKER__WEB_PORT=$(( WEB_PORT ? WEB_PORT + i - 1 : 0 )) \
     $BIN/stream-dedup worker >".cache/demo/$prefix-w$i.log" 2>&1 &
   pids+=($!)
 done
@@ -43,7 +45,13 @@ n=$(grep -c . examples/sample.jsonl)
 $BIN/stream-dedup produce examples/sample.jsonl --no-progress
 
 echo "== verdicts (waiting for all $n)"
-$BIN/stream-dedup tail --max "$n" --idle 120 >".cache/demo/$prefix.verdicts.jsonl"
+# first until every event has a verdict: --ids, not --max, because a copy judged before its original
+# (two workers, each at its own pace) is revised when the original arrives, so the events can take
+# more verdict records than there are events; then the whole topic again, revisions included,
+# until it has been quiet for 5 s
+$BIN/stream-dedup tail --ids "$n" --idle 120 >/dev/null
+$BIN/stream-dedup tail --idle 5 >".cache/demo/$prefix.verdicts.jsonl"
+echo "(every verdict record, revisions included: .cache/demo/$prefix.verdicts.jsonl)"
 $BIN/python - ".cache/demo/$prefix.verdicts.jsonl" "$n" <<'PY'
 import json, sys
 latest = {}

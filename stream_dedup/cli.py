@@ -192,17 +192,20 @@ def produce(c: Ctx, input: str, topic: str | None, limit: int | None, rate: floa
 @main.command()
 @click.option("--topic", default=None, help="topic to follow (default: topics.verdicts)")
 @click.option("--max", "max_messages", type=int, default=None, help="stop after this many messages")
+@click.option("--ids", "max_ids", type=click.IntRange(min=1), default=None,
+              help="stop once messages about this many distinct documents were read (a verdict's id, else the "
+                   "record key): revisions of a verdict do not count again")
 @click.option("--idle", type=float, default=None, help="stop after this many seconds without a message")
 @click.option("--from-end", is_flag=True, help="only new messages")
 @click.option("--summary", is_flag=True, help="print counts by verdict at the end instead of every message")
 @pass_ctx
-def tail(c: Ctx, topic: str | None, max_messages: int | None, idle: float | None, from_end: bool,
-         summary: bool) -> None:
+def tail(c: Ctx, topic: str | None, max_messages: int | None, max_ids: int | None, idle: float | None,
+         from_end: bool, summary: bool) -> None:
     """Print verdicts (or any topic's messages) as JSON lines."""
     from .produce import tail_topic
 
     counts = tail_topic(c.settings, topic or c.settings.topics.verdicts, max_messages=max_messages,
-                        idle=idle, from_end=from_end, echo=None if summary else click.echo)
+                        idle=idle, from_end=from_end, echo=None if summary else click.echo, max_ids=max_ids)
     if summary:
         click.echo(json.dumps(counts, sort_keys=True))
 

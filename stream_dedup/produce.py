@@ -71,16 +71,23 @@ def produce_jsonl(settings: Settings, path: str, *, topic: str | None = None, li
 
 
 def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = None, idle: float | None = None,
-               from_end: bool = False, echo: Callable[[str], None] | None = print) -> dict[str, int]:
-    """Read a topic with a throw-away group (commits nothing); count verdicts by kind."""
+               from_end: bool = False, echo: Callable[[str], None] | None = print,
+               max_ids: int | None = None) -> dict[str, int]:
+    """Read a topic with a throw-away group (commits nothing); count verdicts by kind.
+
+    ``max_ids``: stop once records about this many distinct documents were read (a verdict's
+    ``id``, else the record's key). Why beside ``max_messages``: the verdicts topic carries
+    revisions, so N events can take more than N records (a copy judged before its original is
+    revised when the original arrives), and "every event I sent has a verdict" is N distinct ids."""
     c = consumer(settings, f"stream-dedup-tail-{uuid.uuid4().hex[:8]}",
                  **{"auto.offset.reset": "latest" if from_end else "earliest"})
     c.subscribe([topic])
     counts: Counter[str] = Counter()
     seen = 0
+    ids: set[object] = set()
     last = time.monotonic()
     try:
-        while max_messages is None or seen < max_messages:
+        while (max_messages is None or seen < max_messages) and (max_ids is None or len(ids) < max_ids):
             msg = c.poll(0.5)
             if msg is None:
                 if idle is not None and time.monotonic() - last > idle:
@@ -91,6 +98,7 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
             last = time.monotonic()
             seen += 1
             text = msg.value().decode("utf-8", "replace") if msg.value() is not None else "null"
+            v = None
             try:
                 v = json.loads(text)
                 kind = v.get("verdict", "?") if isinstance(v, dict) else "?"
@@ -99,6 +107,9 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
             except ValueError:
                 kind = "?"
             counts[kind] += 1
+            if max_ids is not None:
+                ident = v.get("id") if isinstance(v, dict) else None
+                ids.add(("id", ident) if isinstance(ident, str) else ("key", msg.key()))
             if echo is not None:
                 echo(text)
     except KeyboardInterrupt:
@@ -106,4 +117,6 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
     finally:
         c.close()
     counts["messages"] = seen
+    if max_ids is not None:
+        counts["ids"] = len(ids)
     return dict(counts)

@@ -247,6 +247,36 @@ def test_cli_produce_then_tail_round_trip(kafka_settings, unique_name, tmp_path)
     assert sorted(ids) == sorted(f"d{i}" for i in range(300))
 
 
+def test_cli_tail_ids_stops_once_every_document_has_a_record(kafka_settings, unique_name):
+    """`tail --ids N` stops at the first record of the N-th distinct document, revisions of earlier
+    ones counted as records but not as documents (`make demo` waits for its events' verdicts so);
+    `--max N` would stop N records in, before every document had one."""
+    topic = f"{unique_name}.tailids"
+    _create(kafka_settings, topic, 1)  # one partition: the order read is the order written
+    records: list[dict] = []
+    for i in range(50):
+        records.append({"id": f"d{i}", "verdict": "unique", "revision": 0})
+        if i % 5 == 4:  # a revision of an earlier document, as a late original causes
+            records.append({"id": f"d{i - 2}", "verdict": "duplicate", "match": "near", "revision": 1})
+    records += [{"id": f"d{i}", "verdict": "duplicate", "match": "exact", "revision": 2} for i in range(5)]
+    p = producer(kafka_settings)
+    for r in records:
+        p.produce(topic, json.dumps(r).encode(), key=r["id"].encode())
+    assert p.flush(30) == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DEDUP_TEST_")}
+    env["KAFKA_BOOTSTRAP"] = kafka_settings.kafka.bootstrap
+    exe = [sys.executable, "-m", "stream_dedup.cli", "tail", "--topic", topic, "--idle", "300"]
+    # with --idle 300 and nothing more coming, only --ids can end it within the timeout
+    r = subprocess.run(exe + ["--ids", "50"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = [json.loads(line) for line in r.stdout.splitlines()]
+    upto = next(i for i, rec in enumerate(records) if rec["id"] == "d49") + 1
+    assert upto == 59 and got == records[:upto]
+    r = subprocess.run(exe + ["--ids", "3", "--summary"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"ids": 3, "messages": 3, "unique": 3}
+
+
 def test_gap_filler_reads_a_groups_committed_offsets_without_joining_it(kafka_settings, unique_name):
     """The baseline a worker's gap tracking starts from after an assignment (``gaps.confluent_committed``)."""
     from confluent_kafka import TopicPartition
