@@ -13,6 +13,8 @@ prefix="demo$(date +%s)"
 cleanup() {
   for p in "${pids[@]:-}"; do [ -n "$p" ] && kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+  # the workers' state is of this run's topics only: gone with them (their logs and the verdicts stay)
+  rm -rf ".cache/demo/$prefix-w1" ".cache/demo/$prefix-w2"
   # without KAFKA_BOOTSTRAP, which this script sets for its clients: kafka.sh leaves a named cluster alone
   if [ $started_broker = 1 ]; then env -u KAFKA_BOOTSTRAP KAFKA_PORT="$PORT" deploy/kafka/kafka.sh stop; fi
 }

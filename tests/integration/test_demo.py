@@ -59,7 +59,12 @@ def test_demo_answers_every_sample_event_as_scan_does(tmp_path):
     assert f"summary: {n} of {n} events have verdicts" in r.stdout
     path = re.search(r"revisions included: (\S+\.jsonl)\)", r.stdout)
     assert path, r.stdout
-    demo = judged([json.loads(line) for line in (REPO / path.group(1)).read_text(encoding="utf-8").splitlines()])
+    verdicts = REPO / path.group(1)
+    demo = judged([json.loads(line) for line in verdicts.read_text(encoding="utf-8").splitlines()])
+    prefix = verdicts.name.removesuffix(".verdicts.jsonl")
+    assert not list(verdicts.parent.glob(f"{prefix}-w?")), "the demo left its workers' state folders"
+    for f in verdicts.parent.glob(f"{prefix}*"):  # its logs and verdicts: this test's own
+        f.unlink()
 
     out = tmp_path / "scan.jsonl"
     s = subprocess.run([sys.executable, "-m", "stream_dedup.cli", "scan", str(SAMPLE), "--out", str(out)],
