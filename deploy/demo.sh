@@ -8,13 +8,14 @@ PORT="${DEMO_PORT:-9092}"
 WEB_PORT="${DEMO_WEB_PORT:-6066}"  # the workers' status pages: this port and the next (0: none)
 started_broker=0
 pids=()
+states=()  # the workers' state folders
 prefix="demo$(date +%s)"
 
 cleanup() {
   for p in "${pids[@]:-}"; do [ -n "$p" ] && kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
   # the workers' state is of this run's topics only: gone with them (their logs and the verdicts stay)
-  rm -rf ".cache/demo/$prefix-w1" ".cache/demo/$prefix-w2"
+  for d in "${states[@]:-}"; do [ -n "$d" ] && rm -rf "$d"; done
   # without KAFKA_BOOTSTRAP, which this script sets for its clients: kafka.sh leaves a named cluster alone
   if [ $started_broker = 1 ]; then env -u KAFKA_BOOTSTRAP KAFKA_PORT="$PORT" deploy/kafka/kafka.sh stop; fi
 }
@@ -38,7 +39,8 @@ $BIN/stream-dedup topics apply
 echo "== two workers"
 mkdir -p .cache/demo
 for i in 1 2; do
-  STREAM_DEDUP_WORKER__STATE_DIR=".cache/demo/$prefix-w$i" STREAM_DEDUP_WORKER__WEB_PORT=$(( WEB_PORT ? WEB_PORT + i - 1 : 0 )) \
+  states+=(".cache/demo/$prefix-w$i")
+  STREAM_DEDUP_WORKER__STATE_DIR="${states[-1]}" STREAM_DEDUP_WORKER__WEB_PORT=$(( WEB_PORT ? WEB_PORT + i - 1 : 0 )) \
     $BIN/stream-dedup worker >".cache/demo/$prefix-w$i.log" 2>&1 &
   pids+=($!)
 done
@@ -50,10 +52,12 @@ $BIN/stream-dedup produce examples/sample.jsonl --no-progress
 echo "== verdicts (waiting for all $n)"
 # first until every event has a verdict: --ids, not --max, because a copy judged before its original
 # (two workers, each at its own pace) is revised when the original arrives, so the events can take
-# more verdict records than there are events; then the whole topic again, revisions included,
-# until it has been quiet for 5 s
+# more verdict records than there are events; then, 5 s on for revisions still on their way (the
+# stage that owns the earlier page sends them), the whole topic as it is then (--to-end: no group
+# join and no quiet window whose clock a slow start would use up)
 $BIN/stream-dedup tail --ids "$n" --idle 120 >/dev/null
-$BIN/stream-dedup tail --idle 5 >".cache/demo/$prefix.verdicts.jsonl"
+sleep 5
+$BIN/stream-dedup tail --to-end >".cache/demo/$prefix.verdicts.jsonl"
 echo "(every verdict record, revisions included: .cache/demo/$prefix.verdicts.jsonl)"
 $BIN/python - ".cache/demo/$prefix.verdicts.jsonl" "$n" <<'PY'
 import json, sys

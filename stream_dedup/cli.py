@@ -197,15 +197,24 @@ def produce(c: Ctx, input: str, topic: str | None, limit: int | None, rate: floa
                    "record key): revisions of a verdict do not count again")
 @click.option("--idle", type=float, default=None, help="stop after this many seconds without a message")
 @click.option("--from-end", is_flag=True, help="only new messages")
+@click.option("--to-end", is_flag=True,
+              help="read what the topic holds now, then stop (no quiet window to guess; later messages are left)")
 @click.option("--summary", is_flag=True, help="print counts by verdict at the end instead of every message")
 @pass_ctx
 def tail(c: Ctx, topic: str | None, max_messages: int | None, max_ids: int | None, idle: float | None,
-         from_end: bool, summary: bool) -> None:
+         from_end: bool, to_end: bool, summary: bool) -> None:
     """Print verdicts (or any topic's messages) as JSON lines."""
     from .produce import tail_topic
 
-    counts = tail_topic(c.settings, topic or c.settings.topics.verdicts, max_messages=max_messages,
-                        idle=idle, from_end=from_end, echo=None if summary else click.echo, max_ids=max_ids)
+    if from_end and to_end:
+        raise click.UsageError("--from-end and --to-end exclude each other")
+    try:
+        counts = tail_topic(c.settings, topic or c.settings.topics.verdicts, max_messages=max_messages,
+                            idle=idle, from_end=from_end, echo=None if summary else click.echo, max_ids=max_ids,
+                            to_end=to_end)
+    except RuntimeError as e:
+        click.echo(f"stream-dedup: {e}", err=True)
+        sys.exit(EXIT_ENV)
     if summary:
         click.echo(json.dumps(counts, sort_keys=True))
 

@@ -72,27 +72,44 @@ def produce_jsonl(settings: Settings, path: str, *, topic: str | None = None, li
 
 def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = None, idle: float | None = None,
                from_end: bool = False, echo: Callable[[str], None] | None = print,
-               max_ids: int | None = None) -> dict[str, int]:
+               max_ids: int | None = None, to_end: bool = False) -> dict[str, int]:
     """Read a topic with a throw-away group (commits nothing); count verdicts by kind.
 
     ``max_ids``: stop once records about this many distinct documents were read (a verdict's
     ``id``, else the record's key). Why beside ``max_messages``: the verdicts topic carries
     revisions, so N events can take more than N records (a copy judged before its original is
-    revised when the original arrives), and "every event I sent has a verdict" is N distinct ids."""
+    revised when the original arrives), and "every event I sent has a verdict" is N distinct ids.
+
+    ``to_end``: read what the topic held when the call began, then stop. Why not ``idle``: a quiet
+    window cannot tell "all read" from "a slow start", and a fetch that takes longer than the window
+    ends the read early. The ends are the partitions' high watermarks taken first; a partition is
+    done at the record before its end, or when the consumer reports reaching its end (the offset
+    before the end can be a transaction marker, which no message carries). The partitions are
+    assigned, not subscribed: no group join to wait for."""
+    if to_end and from_end:
+        raise ValueError("to_end and from_end exclude each other: from the end there is nothing to read up to it")
     c = consumer(settings, f"stream-dedup-tail-{uuid.uuid4().hex[:8]}",
-                 **{"auto.offset.reset": "latest" if from_end else "earliest"})
-    c.subscribe([topic])
+                 **{"auto.offset.reset": "latest" if from_end else "earliest"},
+                 **({"enable.partition.eof": True} if to_end else {}))
+    ends: dict[int, int] = {}
+    if to_end:
+        ends = _assign_up_to_ends(c, topic)
+    else:
+        c.subscribe([topic])
     counts: Counter[str] = Counter()
     seen = 0
     ids: set[object] = set()
     last = time.monotonic()
     try:
-        while (max_messages is None or seen < max_messages) and (max_ids is None or len(ids) < max_ids):
+        while ((max_messages is None or seen < max_messages) and (max_ids is None or len(ids) < max_ids)
+               and not (to_end and not ends)):
             msg = c.poll(0.5)
             if msg is None:
                 if idle is not None and time.monotonic() - last > idle:
                     break
                 continue
+            if to_end and _reached_end(msg, ends):
+                del ends[msg.partition()]
             if msg.error():
                 continue
             last = time.monotonic()
@@ -117,6 +134,38 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
     finally:
         c.close()
     counts["messages"] = seen
+    if to_end and ends:
+        counts["unfinished_partitions"] = len(ends)
     if max_ids is not None:
         counts["ids"] = len(ids)
     return dict(counts)
+
+
+def _reached_end(msg, ends: dict[int, int]) -> bool:
+    """The partition's record just before its end, or the consumer's word that it reached the end."""
+    from confluent_kafka import KafkaError
+
+    end = ends.get(msg.partition())
+    if end is None:
+        return False
+    err = msg.error()
+    if err is None:
+        return msg.offset() >= end - 1
+    return err.code() == KafkaError._PARTITION_EOF and msg.offset() >= end
+
+
+def _assign_up_to_ends(c, topic: str) -> dict[int, int]:
+    """Assign every partition of ``topic`` from its beginning; return the high watermark of each
+    partition that holds a record now (an empty one is done before it starts)."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    meta = c.list_topics(topic, timeout=10).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise RuntimeError(f"topic {topic} cannot be read: {meta.error if meta is not None else 'not in the metadata'}")
+    ends: dict[int, int] = {}
+    for p in meta.partitions:
+        low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        if high > low:
+            ends[p] = high
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+    return ends

@@ -277,6 +277,48 @@ def test_cli_tail_ids_stops_once_every_document_has_a_record(kafka_settings, uni
     assert json.loads(r.stdout) == {"ids": 3, "messages": 3, "unique": 3}
 
 
+def test_cli_tail_to_end_reads_what_the_topic_holds_then_stops(kafka_settings, unique_name):
+    """`tail --to-end` returns every record written before it began, in each partition's order, and
+    stops without a quiet window (no --idle): one partition plain, one whose last offset is a
+    transaction's commit marker (no record reaches it: the consumer's end-of-partition word must
+    end it), one empty. An empty topic ends at once; a missing one is a clear error."""
+    from confluent_kafka import Producer
+
+    from stream_dedup.kafka_io import client_config
+
+    topic, empty = f"{unique_name}.toend", f"{unique_name}.toend-empty"
+    _create(kafka_settings, topic, 3)
+    _create(kafka_settings, empty, 2)
+    plain = [{"id": f"p{i}", "verdict": "unique"} for i in range(30)]
+    p = producer(kafka_settings)
+    for r in plain:
+        p.produce(topic, json.dumps(r).encode(), partition=0)
+    assert p.flush(30) == 0
+    txn = [{"id": f"t{i}", "verdict": "duplicate", "match": "exact"} for i in range(7)]
+    tp = Producer(client_config(kafka_settings, **{"transactional.id": f"{unique_name}-tx"}))
+    tp.init_transactions(30)
+    tp.begin_transaction()
+    for r in txn:
+        tp.produce(topic, json.dumps(r).encode(), partition=1)
+    tp.commit_transaction(30)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DEDUP_TEST_")}
+    env["KAFKA_BOOTSTRAP"] = kafka_settings.kafka.bootstrap
+    exe = [sys.executable, "-m", "stream_dedup.cli", "tail", "--to-end"]
+    r = subprocess.run(exe + ["--topic", topic], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [g for g in got if g["id"].startswith("p")] == plain
+    assert [g for g in got if g["id"].startswith("t")] == txn
+    assert len(got) == len(plain) + len(txn)
+    r = subprocess.run(exe + ["--topic", empty, "--summary"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"messages": 0}
+    r = subprocess.run(exe + ["--topic", f"{unique_name}.absent"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3 and f"topic {unique_name}.absent cannot be read" in r.stderr, r.stderr
+    r = subprocess.run(exe + ["--topic", topic, "--from-end"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "exclude each other" in r.stderr, r.stderr
+
+
 def test_gap_filler_reads_a_groups_committed_offsets_without_joining_it(kafka_settings, unique_name):
     """The baseline a worker's gap tracking starts from after an assignment (``gaps.confluent_committed``)."""
     from confluent_kafka import TopicPartition
