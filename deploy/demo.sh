@@ -50,13 +50,11 @@ n=$(grep -c . examples/sample.jsonl)
 $BIN/stream-dedup produce examples/sample.jsonl --no-progress
 
 echo "== verdicts (waiting for all $n)"
-# first until every event has a verdict: --ids, not --max, because a copy judged before its original
-# (two workers, each at its own pace) is revised when the original arrives, so the events can take
-# more verdict records than there are events; then, 5 s on for revisions still on their way (the
-# stage that owns the earlier page sends them), the whole topic as it is then (--to-end: no group
-# join and no quiet window whose clock a slow start would use up)
-$BIN/stream-dedup tail --ids "$n" --idle 120 >/dev/null
-sleep 5
+# first until the workers have processed every event and everything the events caused: a copy
+# judged before its original (two workers, each at its own pace) is revised when the original
+# arrives, so the events can take more verdict records than there are events, and the last
+# revision can come after every event has a verdict; then the verdicts topic as it is then
+$BIN/stream-dedup status --wait-drained --timeout 180 >/dev/null
 $BIN/stream-dedup tail --to-end >".cache/demo/$prefix.verdicts.jsonl"
 echo "(every verdict record, revisions included: .cache/demo/$prefix.verdicts.jsonl)"
 $BIN/python - ".cache/demo/$prefix.verdicts.jsonl" "$n" <<'PY'

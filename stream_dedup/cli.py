@@ -249,13 +249,26 @@ def redrive(c: Ctx, reasons: tuple[str, ...], ids: tuple[str, ...], from_beginni
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--wait-drained", is_flag=True,
+              help="first wait until the workers have processed every event on the input and internal topics, "
+                   "so that every verdict, revisions included, is out; exit 1 if that takes over --timeout")
+@click.option("--timeout", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              help="seconds --wait-drained waits")
 @pass_ctx
-def status(c: Ctx, as_json: bool) -> None:
+def status(c: Ctx, as_json: bool, wait_drained: bool, timeout: float) -> None:
     """Consumer lag per partition and partition ownership of the workers' consumer group."""
-    from .status import group_status
+    from .status import group_status, wait_drained as wait
 
-    st = group_status(c.settings)
+    if not wait_drained:
+        st = group_status(c.settings)
+        click.echo(json.dumps(st, indent=2) if as_json else st["text"])
+        return
+    drained, st = wait(c.settings, timeout)
+    st["drained"] = drained
     click.echo(json.dumps(st, indent=2) if as_json else st["text"])
+    if not drained:
+        click.echo(f"stream-dedup: the workers still had events to process after {timeout:g} s", err=True)
+        sys.exit(EXIT_PROBLEM)
 
 
 @main.command("config")

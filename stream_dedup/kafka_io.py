@@ -14,6 +14,9 @@ T = TypeVar("T")
 #: the broker's "ask again" answers to group calls (offset fetch and commit): its group
 #: coordinator is loading or has moved, as for some seconds after a broker starts
 COORDINATOR_BUSY = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE")
+#: its answers to an offset lookup on a partition whose leader is not known yet, as for a moment
+#: after the topic is created
+LEADER_NOT_READY = ("NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART")
 
 
 def client_config(settings: Settings, **extra: Any) -> dict[str, Any]:
@@ -57,17 +60,23 @@ def send(p, topic: str, value: bytes, key: bytes | None = None, **kw: Any) -> No
     p.poll(0)
 
 
-def coordinator_busy(e: BaseException) -> bool:
-    """Whether ``e`` is a Kafka error that means "the group coordinator is not ready yet"."""
+def _kafka_error_in(e: BaseException, names: tuple[str, ...]) -> bool:
     from confluent_kafka import KafkaError, KafkaException
 
     err = e.args[0] if isinstance(e, KafkaException) and e.args else None
-    return isinstance(err, KafkaError) and err.name() in COORDINATOR_BUSY
+    return isinstance(err, KafkaError) and err.name() in names
+
+
+def coordinator_busy(e: BaseException) -> bool:
+    """Whether ``e`` is a Kafka error that means "the group coordinator is not ready yet"."""
+    return _kafka_error_in(e, COORDINATOR_BUSY)
 
 
 def coordinated(call: Callable[[], T], what: str, wait_s: float = 60.0,
-                sleep: Callable[[float], None] = time.sleep) -> T:
-    """``call()``, asked again while the broker answers that the group coordinator is busy.
+                sleep: Callable[[float], None] = time.sleep,
+                busy: tuple[str, ...] = COORDINATOR_BUSY) -> T:
+    """``call()``, asked again while the broker answers that the group coordinator is busy
+    (or another of the ``busy`` answers).
 
     Why: a one-shot command run right after a broker start (``redrive``, ``status``) failed its
     first committed-offset lookup with NOT_COORDINATOR and exited, where a rerun a few seconds
@@ -79,8 +88,54 @@ def coordinated(call: Callable[[], T], what: str, wait_s: float = 60.0,
         try:
             return call()
         except Exception as e:
-            if not coordinator_busy(e) or time.monotonic() + delay > deadline:
+            if not _kafka_error_in(e, busy) or time.monotonic() + delay > deadline:
                 raise
             log.info("%s: %s; asking again in %.1f s", what, e, delay)
             sleep(delay)
             delay = min(2 * delay, 2.0)
+
+
+def assign_up_to_ends(c, topic: str, *, last: int | None = None, timeout: float = 10.0) -> dict[int, int] | None:
+    """Assign the partitions of ``topic`` that hold records now, each from its beginning (or from
+    its ``last`` records); return their ends (high watermarks), None when the topic is not in the
+    metadata. Assigned, not subscribed: no group join to wait for. Read up to the ends with
+    ``reached_end``, whose end-of-partition case needs the consumer's ``enable.partition.eof``."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    meta = c.list_topics(topic, timeout=timeout).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        return None
+    ends: dict[int, int] = {}
+    starts = []
+    for p in meta.partitions:
+        low, high = watermarks(c, topic, p, timeout)
+        if high > low:
+            ends[p] = high
+            starts.append(TopicPartition(topic, p, OFFSET_BEGINNING if last is None else max(low, high - last)))
+    c.assign(starts)
+    return ends
+
+
+def reached_end(msg, ends: dict[int, int]) -> bool:
+    """Whether ``msg`` ends its partition's read of ``assign_up_to_ends``: the record just before
+    the end, or the consumer's word that it reached the end. Why both: the offset before the end
+    can be a transaction's commit marker, which no message carries (an exactly-once worker's
+    output topics end so)."""
+    from confluent_kafka import KafkaError
+
+    end = ends.get(msg.partition())
+    if end is None:
+        return False
+    err = msg.error()
+    if err is None:
+        return msg.offset() >= end - 1
+    return err.code() == KafkaError._PARTITION_EOF and msg.offset() >= end
+
+
+def watermarks(c, topic: str, partition: int, timeout: float = 10.0) -> tuple[int, int]:
+    """A partition's low and high offsets, asked again while its leader is not known: a command
+    run just after the topic was created (``status`` in ``make demo``) would fail otherwise."""
+    from confluent_kafka import TopicPartition
+
+    return coordinated(lambda: c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout),
+                       f"offsets of {topic}[{partition}]", wait_s=max(timeout, 10.0), busy=LEADER_NOT_READY)

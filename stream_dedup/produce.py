@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Callable, Iterator
 
 from .config import Settings
-from .kafka_io import consumer, producer, send
+from .kafka_io import assign_up_to_ends, consumer, producer, reached_end, send
 
 
 def _lines(path: str) -> Iterator[bytes]:
@@ -82,10 +82,7 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
 
     ``to_end``: read what the topic held when the call began, then stop. Why not ``idle``: a quiet
     window cannot tell "all read" from "a slow start", and a fetch that takes longer than the window
-    ends the read early. The ends are the partitions' high watermarks taken first; a partition is
-    done at the record before its end, or when the consumer reports reaching its end (the offset
-    before the end can be a transaction marker, which no message carries). The partitions are
-    assigned, not subscribed: no group join to wait for."""
+    ends the read early. The ends are the partitions' high watermarks, taken first."""
     if to_end and from_end:
         raise ValueError("to_end and from_end exclude each other: from the end there is nothing to read up to it")
     c = consumer(settings, f"stream-dedup-tail-{uuid.uuid4().hex[:8]}",
@@ -93,7 +90,11 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
                  **({"enable.partition.eof": True} if to_end else {}))
     ends: dict[int, int] = {}
     if to_end:
-        ends = _assign_up_to_ends(c, topic)
+        found = assign_up_to_ends(c, topic)
+        if found is None:
+            c.close()
+            raise RuntimeError(f"topic {topic} cannot be read: it is not in the broker's metadata")
+        ends = found
     else:
         c.subscribe([topic])
     counts: Counter[str] = Counter()
@@ -108,7 +109,7 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
                 if idle is not None and time.monotonic() - last > idle:
                     break
                 continue
-            if to_end and _reached_end(msg, ends):
+            if to_end and reached_end(msg, ends):
                 del ends[msg.partition()]
             if msg.error():
                 continue
@@ -140,32 +141,3 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
         counts["ids"] = len(ids)
     return dict(counts)
 
-
-def _reached_end(msg, ends: dict[int, int]) -> bool:
-    """The partition's record just before its end, or the consumer's word that it reached the end."""
-    from confluent_kafka import KafkaError
-
-    end = ends.get(msg.partition())
-    if end is None:
-        return False
-    err = msg.error()
-    if err is None:
-        return msg.offset() >= end - 1
-    return err.code() == KafkaError._PARTITION_EOF and msg.offset() >= end
-
-
-def _assign_up_to_ends(c, topic: str) -> dict[int, int]:
-    """Assign every partition of ``topic`` from its beginning; return the high watermark of each
-    partition that holds a record now (an empty one is done before it starts)."""
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-    meta = c.list_topics(topic, timeout=10).topics.get(topic)
-    if meta is None or meta.error is not None or not meta.partitions:
-        raise RuntimeError(f"topic {topic} cannot be read: {meta.error if meta is not None else 'not in the metadata'}")
-    ends: dict[int, int] = {}
-    for p in meta.partitions:
-        low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-        if high > low:
-            ends[p] = high
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-    return ends

@@ -5,7 +5,8 @@ import time
 from typing import Any
 
 from .config import Settings
-from .kafka_io import admin, consumer, coordinated
+from .kafka_io import admin, assign_up_to_ends, consumer, coordinated, reached_end, watermarks
+from .topics import load_specs
 
 
 def group_status(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
@@ -33,10 +34,14 @@ def group_status(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
     except Exception:  # noqa: BLE001
         pass
     probe = consumer(settings, f"{group}-status-probe")
-    rows = []
+    rows: list[dict[str, Any]] = []
     try:
+        for topic in source_topics(settings):  # a partition with records and no commit yet lags too
+            meta = probe.list_topics(topic, timeout=timeout).topics.get(topic)
+            for part in (meta.partitions if meta is not None and meta.error is None else ()):
+                committed.setdefault((topic, part), -1)
         for (topic, part), off in sorted(committed.items()):
-            lo, hi = probe.get_watermark_offsets(TopicPartition(topic, part), timeout=timeout)
+            lo, hi = watermarks(probe, topic, part, timeout)
             lag = hi - off if off >= 0 else hi - lo
             rows.append({"topic": topic, "partition": part, "committed": off, "end": hi, "lag": lag,
                          "owner": owners.get((topic, part))})
@@ -54,6 +59,67 @@ def group_status(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
                      f"verdicts {c.get('verdicts', 0)} revisions {c.get('revisions', 0)} pending {c.get('pending', 0)}")
     return {"group": group, "state": state, "total_lag": total, "partitions": rows, "workers": workers,
             "text": "\n".join(lines)}
+
+
+def source_topics(settings: Settings) -> list[str]:
+    """The topics the workers' group consumes: the input and the internal repartition topics
+    (their roles in ``topics/topics.toml``); the changelogs are read by assignment, not by the group."""
+    return [t.name for t in load_specs(settings) if t.role.startswith(("input", "internal repartition"))]
+
+
+def records_behind(settings: Settings, rows: list[dict[str, Any]], timeout: float = 10.0) -> list[dict[str, Any]]:
+    """The rows of ``group_status`` whose lag holds a record the group has yet to process.
+
+    Why not ``lag > 0``: under exactly-once a transaction's commit marker takes the offset after
+    its records, and the group's committed offset stops before it, so a partition the workers are
+    done with can lag by its markers for good. A lagging partition is read from its committed
+    offset (committed records only, as the workers read): a record before its end means work is
+    left; the end of the partition reached first means only markers or aborted records are. An
+    open transaction's records are not counted (the end offsets, read committed, stop before
+    them), and need not be: their writer has not committed the input they came from, which lags."""
+    lagging = {(r["topic"], r["partition"]): r for r in rows if r["lag"] > 0}
+    if not lagging:
+        return []
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+    c = consumer(settings, f"{settings.worker.app_id}-status-drain", **{"enable.partition.eof": True})
+    left = dict(lagging)
+    behind: list[dict[str, Any]] = []
+    try:
+        c.assign([TopicPartition(t, p, r["committed"] if r["committed"] >= 0 else OFFSET_BEGINNING)
+                  for (t, p), r in lagging.items()])
+        deadline = time.monotonic() + timeout
+        while left and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            err = m.error() if m is not None else None
+            if m is None or (err is not None and err.code() != KafkaError._PARTITION_EOF):
+                continue
+            row = left.pop((m.topic(), m.partition()), None)
+            if row is not None and (err is None or m.offset() < row["end"]):
+                behind.append(row)  # a record to process (or an end short of the one the status read)
+    finally:
+        c.close()
+    return behind + list(left.values())  # a partition not answered in time counts as behind
+
+
+def wait_drained(settings: Settings, timeout_s: float, every_s: float = 1.0) -> tuple[bool, dict[str, Any]]:
+    """Poll ``group_status`` until no source partition has a record left to process (True), or
+    ``timeout_s`` passed (False); with the last status.
+
+    Why this tells "every verdict is out", revisions included: a worker commits an offset only
+    after the output of what it consumed is delivered (``stream/delivery.py``), and the committed
+    offsets are read before the end offsets. So when no partition of the input and repartition
+    topics holds an unprocessed record, everything on them when the offsets were read has been
+    processed and its output, the verdicts and the probes and answers of other stages alike, was
+    on its topics, where it would show as lag if it were not done yet."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = group_status(settings)
+        if not records_behind(settings, st["partitions"]):
+            return True, st
+        if time.monotonic() >= deadline:
+            return False, st
+        time.sleep(every_s)
 
 
 def worker_reports(settings: Settings, timeout: float = 10.0, max_age_s: float = 120.0) -> list[dict[str, Any]]:
@@ -92,34 +158,23 @@ def _read_tail(settings: Settings, topic: str, per_partition: int, timeout: floa
 
     from confluent_kafka import TopicPartition
 
-    c = consumer(settings, f"{settings.worker.app_id}-status-page")
+    c = consumer(settings, f"{settings.worker.app_id}-status-page", **{"enable.partition.eof": True})
     out: list[dict[str, Any]] = []
     try:
-        md = c.list_topics(topic, timeout=timeout).topics.get(topic)
-        if md is None or md.error is not None:
-            return []
-        ends = {}
-        assign = []
-        for p in md.partitions:
-            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-            if hi > lo:
-                ends[p] = hi
-                assign.append(TopicPartition(topic, p, max(lo, hi - per_partition)))
-        if not assign:
-            return []
-        c.assign(assign)
-        done: set[int] = set()
+        ends = assign_up_to_ends(c, topic, last=per_partition, timeout=timeout)
         deadline = time.time() + timeout
-        while len(done) < len(ends) and time.time() < deadline:
+        while ends and time.time() < deadline:
             m = c.poll(0.5)
-            if m is None or m.error():
+            if m is None:
+                continue
+            if reached_end(m, ends):
+                del ends[m.partition()]
+            if m.error():
                 continue
             try:
                 out.append(json.loads(m.value()))
             except ValueError:
                 pass
-            if m.offset() >= ends[m.partition()] - 1:
-                done.add(m.partition())
     finally:
         c.close()
     return out

@@ -319,6 +319,78 @@ def test_cli_tail_to_end_reads_what_the_topic_holds_then_stops(kafka_settings, u
     assert r.returncode == 2 and "exclude each other" in r.stderr, r.stderr
 
 
+def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings):
+    """`status --wait-drained`'s test, against the workers' group as a worker leaves it: records on
+    a source topic with no commit are work left; committed up to a transaction's marker is done
+    (the raw lag stays 1); an open transaction's records count once it commits; aborted ones never."""
+    from confluent_kafka import Producer, TopicPartition
+
+    from stream_dedup.kafka_io import client_config
+    from stream_dedup.status import records_behind, wait_drained
+
+    s = kafka_settings
+    apply(s)
+    pages, probes = s.topics.pages, f"{s.topics.internal_prefix}.probes"
+
+    def commit(topic: str, part: int, offset: int) -> None:
+        c = consumer(s, s.worker.app_id)
+        try:
+            c.commit(offsets=[TopicPartition(topic, part, offset)], asynchronous=False)
+        finally:
+            c.close()
+
+    def behind() -> list[tuple[str, int]]:
+        drained, st = wait_drained(s, 0)
+        left = [(r["topic"], r["partition"]) for r in records_behind(s, st["partitions"])]
+        assert drained == (not left)
+        return left
+
+    assert behind() == []  # nothing sent yet
+    p = producer(s)
+    for i in range(5):
+        p.produce(pages, json.dumps({"id": f"d{i}"}).encode(), partition=0)
+    assert p.flush(30) == 0
+    assert behind() == [(pages, 0)]  # five records, no commit: status counts them as lag now
+    commit(pages, 0, 5)
+    assert behind() == []
+    tp = Producer(client_config(s, **{"transactional.id": f"{s.worker.app_id}-tx"}))
+    tp.init_transactions(30)
+    tp.begin_transaction()
+    for i in range(3):
+        tp.produce(probes, b"probe", partition=0)
+    tp.commit_transaction(30)  # offsets 0-2 records, 3 the commit marker
+    commit(probes, 0, 3)
+    _, st = wait_drained(s, 0)
+    assert [r["lag"] for r in st["partitions"] if (r["topic"], r["partition"]) == (probes, 0)] == [1]
+    assert behind() == []
+    tp.begin_transaction()
+    for i in range(2):
+        tp.produce(probes, b"probe", partition=1)
+    tp.flush(30)  # on the broker, not committed: the workers (read committed) cannot see them yet,
+    assert behind() == []  # and their writer has not committed its own input: that lag shows there
+    tp.commit_transaction(30)
+    assert behind() == [(probes, 1)]
+    commit(probes, 1, 2)
+    assert behind() == []
+    tp.begin_transaction()
+    tp.produce(probes, b"probe", partition=1)
+    tp.abort_transaction(30)
+    assert behind() == []  # an aborted record is nobody's work
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DEDUP_TEST_")}
+    env.update(KAFKA_BOOTSTRAP=s.kafka.bootstrap, STREAM_DEDUP_WORKER__APP_ID=s.worker.app_id,
+               STREAM_DEDUP_TOPICS__PAGES=pages, STREAM_DEDUP_TOPICS__INTERNAL_PREFIX=s.topics.internal_prefix)
+    p.produce(pages, b"{}", partition=1)
+    assert p.flush(30) == 0
+    exe = [sys.executable, "-m", "stream_dedup.cli", "status", "--wait-drained", "--json"]
+    r = subprocess.run(exe + ["--timeout", "2"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "still had events to process after 2 s" in r.stderr, r.stderr
+    assert json.loads(r.stdout)["drained"] is False
+    commit(pages, 1, 1)
+    r = subprocess.run(exe, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["drained"] is True
+
+
 def test_gap_filler_reads_a_groups_committed_offsets_without_joining_it(kafka_settings, unique_name):
     """The baseline a worker's gap tracking starts from after an assignment (``gaps.confluent_committed``)."""
     from confluent_kafka import TopicPartition

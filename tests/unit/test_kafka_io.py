@@ -44,3 +44,19 @@ def test_a_coordinator_busy_for_longer_than_the_wait_is_reported_with_its_last_a
         coordinated(call, "commit", wait_s=1.0, sleep=lambda s: None)  # no real pause: the clock barely moves
     assert e.value.args[0].name() == "NOT_COORDINATOR"
     assert len(calls) == 4  # pauses 0.2, 0.4 and 0.8 fit in 1 s; the next, 1.6, does not
+
+
+def test_an_offset_lookup_waits_out_a_partition_leader_not_known_yet_but_not_a_busy_coordinator():
+    """``watermarks`` passes ``LEADER_NOT_READY``: just after a topic is created its partitions
+    answer NOT_LEADER_FOR_PARTITION for a moment (seen by ``status`` in ``make demo``)."""
+    from stream_dedup.kafka_io import LEADER_NOT_READY
+
+    call, calls = flaky([KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                         KafkaError.UNKNOWN_TOPIC_OR_PART])
+    pauses: list[float] = []
+    assert coordinated(call, "offsets", sleep=pauses.append, busy=LEADER_NOT_READY) == "offsets"
+    assert len(calls) == 4 and len(pauses) == 3
+    call, calls = flaky([KafkaError.NOT_COORDINATOR])
+    with pytest.raises(KafkaException):
+        coordinated(call, "offsets", sleep=pauses.append, busy=LEADER_NOT_READY)
+    assert len(calls) == 1
