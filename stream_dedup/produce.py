@@ -140,4 +140,3 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
     if max_ids is not None:
         counts["ids"] = len(ids)
     return dict(counts)
-

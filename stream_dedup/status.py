@@ -156,8 +156,6 @@ def _read_tail(settings: Settings, topic: str, per_partition: int, timeout: floa
     """The last ``per_partition`` JSON messages of every partition of a topic, in offset order per partition."""
     import json
 
-    from confluent_kafka import TopicPartition
-
     c = consumer(settings, f"{settings.worker.app_id}-status-page", **{"enable.partition.eof": True})
     out: list[dict[str, Any]] = []
     try:
