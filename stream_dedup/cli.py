@@ -267,7 +267,8 @@ def status(c: Ctx, as_json: bool, wait_drained: bool, timeout: float) -> None:
     st["drained"] = drained
     click.echo(json.dumps(st, indent=2) if as_json else st["text"])
     if not drained:
-        click.echo(f"stream-dedup: the workers still had events to process after {timeout:g} s", err=True)
+        click.echo(f"stream-dedup: the workers still had events to process after {timeout:g} s (group "
+                   f"{st['group']}: {st['state']}, {len(st['workers'])} workers reporting)", err=True)
         sys.exit(EXIT_PROBLEM)
 
 

@@ -384,6 +384,7 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
     exe = [sys.executable, "-m", "stream_dedup.cli", "status", "--wait-drained", "--json"]
     r = subprocess.run(exe + ["--timeout", "2"], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "still had events to process after 2 s" in r.stderr, r.stderr
+    assert f"(group {s.worker.app_id}: EMPTY, 0 workers reporting)" in r.stderr, r.stderr  # no worker ran
     assert json.loads(r.stdout)["drained"] is False
     commit(pages, 1, 1)
     r = subprocess.run(exe, env=env, capture_output=True, text=True, timeout=120)
