@@ -95,6 +95,15 @@ def coordinated(call: Callable[[], T], what: str, wait_s: float = 60.0,
             delay = min(2 * delay, 2.0)
 
 
+def topic_partitions(c, topic: str, timeout: float = 10.0) -> list[int] | None:
+    """The partition numbers of ``topic`` by the metadata of client ``c``; None when the broker
+    does not know the topic (or reports an error for it)."""
+    meta = c.list_topics(topic, timeout=timeout).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        return None
+    return sorted(meta.partitions)
+
+
 def assign_up_to_ends(c, topic: str, *, last: int | None = None, timeout: float = 10.0) -> dict[int, int] | None:
     """Assign the partitions of ``topic`` that hold records now, each from its beginning (or from
     its ``last`` records); return their ends (high watermarks), None when the topic is not in the
@@ -102,12 +111,12 @@ def assign_up_to_ends(c, topic: str, *, last: int | None = None, timeout: float 
     ``reached_end``, whose end-of-partition case needs the consumer's ``enable.partition.eof``."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-    meta = c.list_topics(topic, timeout=timeout).topics.get(topic)
-    if meta is None or meta.error is not None or not meta.partitions:
+    parts = topic_partitions(c, topic, timeout)
+    if parts is None:
         return None
     ends: dict[int, int] = {}
     starts = []
-    for p in meta.partitions:
+    for p in parts:
         low, high = watermarks(c, topic, p, timeout)
         if high > low:
             ends[p] = high

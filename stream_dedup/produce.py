@@ -89,19 +89,18 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
                  **{"auto.offset.reset": "latest" if from_end else "earliest"},
                  **({"enable.partition.eof": True} if to_end else {}))
     ends: dict[int, int] = {}
-    if to_end:
-        found = assign_up_to_ends(c, topic)
-        if found is None:
-            c.close()
-            raise RuntimeError(f"topic {topic} cannot be read: it is not in the broker's metadata")
-        ends = found
-    else:
-        c.subscribe([topic])
     counts: Counter[str] = Counter()
     seen = 0
     ids: set[object] = set()
-    last = time.monotonic()
     try:
+        if to_end:
+            found = assign_up_to_ends(c, topic)
+            if found is None:
+                raise RuntimeError(f"topic {topic} cannot be read: it is not in the broker's metadata")
+            ends = found
+        else:
+            c.subscribe([topic])
+        last = time.monotonic()
         while ((max_messages is None or seen < max_messages) and (max_ids is None or len(ids) < max_ids)
                and not (to_end and not ends)):
             msg = c.poll(0.5)

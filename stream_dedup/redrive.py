@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeGuard
 
 from .config import Settings
-from .kafka_io import client_config, consumer, coordinated, producer, send
+from .kafka_io import client_config, consumer, coordinated, producer, reached_end, send, topic_partitions
 from .stream.gaps import confluent_fetch
 from .stream.quarantine import item_ids
 
@@ -140,8 +140,8 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
 
     def partitions(topic: str) -> int | None:
         if topic not in sizes:
-            md = c.list_topics(topic, timeout=timeout).topics.get(topic)
-            sizes[topic] = len(md.partitions) if md is not None and md.error is None and md.partitions else None
+            parts = topic_partitions(c, topic, timeout)
+            sizes[topic] = len(parts) if parts is not None else None
         return sizes[topic]
 
     def on_delivery(err, _msg) -> None:
@@ -169,15 +169,12 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
             msg = c.poll(timeout)
             if msg is None:
                 raise RuntimeError(f"{dlq!r}: no message for {timeout:.0f} s before the end it had at the start")
-            if msg.error():
-                if msg.error().code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeError(f"cannot read {dlq!r}: {msg.error()}")
+            if msg.error() and msg.error().code() != KafkaError._PARTITION_EOF:
+                raise RuntimeError(f"cannot read {dlq!r}: {msg.error()}")
+            if reached_end(msg, ends):
                 left.discard(msg.partition())
-                continue
-            if msg.offset() + 1 >= ends[msg.partition()]:
-                left.discard(msg.partition())
-            if msg.offset() >= ends[msg.partition()]:
-                continue  # arrived after the start: the next run's
+            if msg.error() or msg.offset() >= ends[msg.partition()]:
+                continue  # the end of the partition, or a record that arrived after the start: the next run's
             counts["read"] += 1
             try:
                 record = json.loads(msg.value() or b"")

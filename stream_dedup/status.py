@@ -5,7 +5,8 @@ import time
 from typing import Any
 
 from .config import Settings
-from .kafka_io import admin, assign_up_to_ends, consumer, coordinated, reached_end, watermarks
+from .kafka_io import (admin, assign_up_to_ends, consumer, coordinated, reached_end, topic_partitions,
+                       watermarks)
 from .topics import load_specs
 
 
@@ -37,8 +38,7 @@ def group_status(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     try:
         for topic in source_topics(settings):  # a partition with records and no commit yet lags too
-            meta = probe.list_topics(topic, timeout=timeout).topics.get(topic)
-            for part in (meta.partitions if meta is not None and meta.error is None else ()):
+            for part in topic_partitions(probe, topic, timeout) or ():
                 committed.setdefault((topic, part), -1)
         for (topic, part), off in sorted(committed.items()):
             lo, hi = watermarks(probe, topic, part, timeout)

@@ -17,7 +17,7 @@ import pytest
 from stream_dedup.kafka_io import admin, consumer, producer
 from stream_dedup.topics import apply, load_specs
 
-from .pipeline import partition_counts, wait_for_partitions
+from .pipeline import partition_counts, settings_env, wait_for_partitions
 
 pytestmark = pytest.mark.kafka
 HERE = Path(__file__).resolve().parent
@@ -28,6 +28,17 @@ def _create(settings, name: str, partitions: int) -> None:
 
     client = admin(settings)  # keep the client alive until the future resolves
     client.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+
+
+def _transactional(settings, tid: str):
+    """A producer with ``transactional.id`` ``tid``, its transactions initialized."""
+    from confluent_kafka import Producer
+
+    from stream_dedup.kafka_io import client_config
+
+    tp = Producer(client_config(settings, **{"transactional.id": tid}))
+    tp.init_transactions(30)
+    return tp
 
 
 def test_round_trip_consumer_group_of_two(kafka_settings, unique_name):
@@ -263,8 +274,7 @@ def test_cli_tail_ids_stops_once_every_document_has_a_record(kafka_settings, uni
     for r in records:
         p.produce(topic, json.dumps(r).encode(), key=r["id"].encode())
     assert p.flush(30) == 0
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DEDUP_TEST_")}
-    env["KAFKA_BOOTSTRAP"] = kafka_settings.kafka.bootstrap
+    env = settings_env(kafka_settings)
     exe = [sys.executable, "-m", "stream_dedup.cli", "tail", "--topic", topic, "--idle", "300"]
     # with --idle 300 and nothing more coming, only --ids can end it within the timeout
     r = subprocess.run(exe + ["--ids", "50"], env=env, capture_output=True, text=True, timeout=120)
@@ -282,10 +292,6 @@ def test_cli_tail_to_end_reads_what_the_topic_holds_then_stops(kafka_settings, u
     stops without a quiet window (no --idle): one partition plain, one whose last offset is a
     transaction's commit marker (no record reaches it: the consumer's end-of-partition word must
     end it), one empty. An empty topic ends at once; a missing one is a clear error."""
-    from confluent_kafka import Producer
-
-    from stream_dedup.kafka_io import client_config
-
     topic, empty = f"{unique_name}.toend", f"{unique_name}.toend-empty"
     _create(kafka_settings, topic, 3)
     _create(kafka_settings, empty, 2)
@@ -295,14 +301,12 @@ def test_cli_tail_to_end_reads_what_the_topic_holds_then_stops(kafka_settings, u
         p.produce(topic, json.dumps(r).encode(), partition=0)
     assert p.flush(30) == 0
     txn = [{"id": f"t{i}", "verdict": "duplicate", "match": "exact"} for i in range(7)]
-    tp = Producer(client_config(kafka_settings, **{"transactional.id": f"{unique_name}-tx"}))
-    tp.init_transactions(30)
+    tp = _transactional(kafka_settings, f"{unique_name}-tx")
     tp.begin_transaction()
     for r in txn:
         tp.produce(topic, json.dumps(r).encode(), partition=1)
     tp.commit_transaction(30)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DEDUP_TEST_")}
-    env["KAFKA_BOOTSTRAP"] = kafka_settings.kafka.bootstrap
+    env = settings_env(kafka_settings)
     exe = [sys.executable, "-m", "stream_dedup.cli", "tail", "--to-end"]
     r = subprocess.run(exe + ["--topic", topic], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -323,9 +327,8 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
     """`status --wait-drained`'s test, against the workers' group as a worker leaves it: records on
     a source topic with no commit are work left; committed up to a transaction's marker is done
     (the raw lag stays 1); an open transaction's records count once it commits; aborted ones never."""
-    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    from stream_dedup.kafka_io import client_config
     from stream_dedup.status import records_behind, wait_drained
 
     s = kafka_settings
@@ -353,8 +356,7 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
     assert behind() == [(pages, 0)]  # five records, no commit: status counts them as lag now
     commit(pages, 0, 5)
     assert behind() == []
-    tp = Producer(client_config(s, **{"transactional.id": f"{s.worker.app_id}-tx"}))
-    tp.init_transactions(30)
+    tp = _transactional(s, f"{s.worker.app_id}-tx")
     tp.begin_transaction()
     for i in range(3):
         tp.produce(probes, b"probe", partition=0)
@@ -376,9 +378,7 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
     tp.produce(probes, b"probe", partition=1)
     tp.abort_transaction(30)
     assert behind() == []  # an aborted record is nobody's work
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DEDUP_TEST_")}
-    env.update(KAFKA_BOOTSTRAP=s.kafka.bootstrap, STREAM_DEDUP_WORKER__APP_ID=s.worker.app_id,
-               STREAM_DEDUP_TOPICS__PAGES=pages, STREAM_DEDUP_TOPICS__INTERNAL_PREFIX=s.topics.internal_prefix)
+    env = settings_env(s)
     p.produce(pages, b"{}", partition=1)
     assert p.flush(30) == 0
     exe = [sys.executable, "-m", "stream_dedup.cli", "status", "--wait-drained", "--json"]
