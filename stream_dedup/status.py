@@ -10,8 +10,14 @@ from .kafka_io import (admin, assign_up_to_ends, consumer, coordinated, reached_
 from .topics import load_specs
 
 
-def group_status(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+def group_status(settings: Settings, timeout: float = 10.0, *, reports: bool = True) -> dict[str, Any]:
+    """The group's state, and per source partition its committed offset, end, lag, owner and
+    ``work_left``: whether a record the workers have yet to process lies in its lag
+    (``records_behind``); with each worker's latest count report unless ``reports`` is False.
+
+    Why ``work_left`` beside the lag: under exactly-once a partition the workers are done with
+    keeps a lag of its last commit marker, so "lag 1" alone reads as work that never gets done."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
 
     group = settings.worker.app_id
     client = admin(settings)
@@ -47,18 +53,33 @@ def group_status(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
                          "owner": owners.get((topic, part))})
     finally:
         probe.close()
-    total = sum(r["lag"] for r in rows)
-    workers = worker_reports(settings, timeout)
-    lines = [f"group {group}: {state}, total lag {total}"]
+    left = {(r["topic"], r["partition"]) for r in records_behind(settings, rows, timeout)}
+    for r in rows:
+        r["work_left"] = (r["topic"], r["partition"]) in left
+    st = {"group": group, "state": state, "total_lag": sum(r["lag"] for r in rows),
+          "partitions_with_work": len(left), "partitions": rows, "workers": []}
+    if reports:
+        st["workers"] = worker_reports(settings, timeout)
+    st["text"] = status_text(st)
+    return st
+
+
+def status_text(st: dict[str, Any]) -> str:
+    """``group_status`` as ``stream-dedup status`` prints it."""
+    rows = st["partitions"]
+    work = st["partitions_with_work"]
+    said = (f"{work} partition{'s' * (work != 1)} with events to process" if work else
+            "nothing to process" + (": the lag left is transaction markers or aborted records" if st["total_lag"] else ""))
+    lines = [f"group {st['group']}: {st['state']}, total lag {st['total_lag']} ({said})"]
     lines += [f"  {r['topic']}[{r['partition']}] committed={r['committed']} end={r['end']} "
-              f"lag={r['lag']} owner={r['owner'] or '-'}" for r in rows]
-    for w in workers:
+              f"lag={r['lag']}{'' if r['work_left'] or not r['lag'] else ' (nothing to process)'} "
+              f"owner={r['owner'] or '-'}" for r in rows]
+    for w in st["workers"]:
         c = w["counts"]
         lines.append(f"worker {w['worker']} (report {time.time() - w['at']:.0f}s ago, up {w['uptime_s']:.0f}s): "
                      f"in {c.get('in', 0)} dlq {c.get('dlq', 0)} probes {c.get('index.probes', 0)} "
                      f"verdicts {c.get('verdicts', 0)} revisions {c.get('revisions', 0)} pending {c.get('pending', 0)}")
-    return {"group": group, "state": state, "total_lag": total, "partitions": rows, "workers": workers,
-            "text": "\n".join(lines)}
+    return "\n".join(lines)
 
 
 def source_topics(settings: Settings) -> list[str]:
@@ -114,11 +135,12 @@ def wait_drained(settings: Settings, timeout_s: float, every_s: float = 1.0) -> 
     on its topics, where it would show as lag if it were not done yet."""
     deadline = time.monotonic() + timeout_s
     while True:
-        st = group_status(settings)
-        if not records_behind(settings, st["partitions"]):
-            return True, st
-        if time.monotonic() >= deadline:
-            return False, st
+        st = group_status(settings, reports=False)  # the workers' reports once, for the answer
+        drained = not st["partitions_with_work"]
+        if drained or time.monotonic() >= deadline:
+            st["workers"] = worker_reports(settings)
+            st["text"] = status_text(st)
+            return drained, st
         time.sleep(every_s)
 
 

@@ -329,7 +329,7 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
     (the raw lag stays 1); an open transaction's records count once it commits; aborted ones never."""
     from confluent_kafka import TopicPartition
 
-    from stream_dedup.status import records_behind, wait_drained
+    from stream_dedup.status import group_status, records_behind, wait_drained
 
     s = kafka_settings
     apply(s)
@@ -346,6 +346,8 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
         drained, st = wait_drained(s, 0)
         left = [(r["topic"], r["partition"]) for r in records_behind(s, st["partitions"])]
         assert drained == (not left)
+        assert sorted(left) == sorted((r["topic"], r["partition"]) for r in st["partitions"] if r["work_left"])
+        assert st["partitions_with_work"] == len(left)
         return left
 
     assert behind() == []  # nothing sent yet
@@ -354,6 +356,7 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
         p.produce(pages, json.dumps({"id": f"d{i}"}).encode(), partition=0)
     assert p.flush(30) == 0
     assert behind() == [(pages, 0)]  # five records, no commit: status counts them as lag now
+    assert "total lag 5 (1 partition with events to process)" in group_status(s)["text"].splitlines()[0]
     commit(pages, 0, 5)
     assert behind() == []
     tp = _transactional(s, f"{s.worker.app_id}-tx")
@@ -362,8 +365,11 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
         tp.produce(probes, b"probe", partition=0)
     tp.commit_transaction(30)  # offsets 0-2 records, 3 the commit marker
     commit(probes, 0, 3)
-    _, st = wait_drained(s, 0)
-    assert [r["lag"] for r in st["partitions"] if (r["topic"], r["partition"]) == (probes, 0)] == [1]
+    st = group_status(s)  # what plain `status` prints: the lag of 1 is a marker, not an event
+    assert [(r["lag"], r["work_left"]) for r in st["partitions"] if (r["topic"], r["partition"]) == (probes, 0)] \
+        == [(1, False)]
+    assert f"{probes}[0] committed=3 end=4 lag=1 (nothing to process)" in st["text"]
+    assert "(nothing to process: the lag left is transaction markers or aborted records)" in st["text"].splitlines()[0]
     assert behind() == []
     tp.begin_transaction()
     for i in range(2):

@@ -13,7 +13,7 @@ import pytest
 from stream_dedup.topics import apply
 
 from .pipeline import REPO, Workers, latest, produce_events, read_all
-from .test_worker_ops import free_port
+from ..conftest import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 ARTIFACTS = REPO / "test-artifacts"
@@ -65,4 +65,5 @@ def test_status_page_renders_charts_clusters_and_ownership(kafka_settings, tmp_p
     assert "恭喜您获得本期幸运大奖" in dom  # the campaign's sample text in the clusters table
     assert re.search(r"<td class=\"num\">40</td>", dom), "the campaign's cluster has 40 copies"
     assert kafka_settings.topics.pages in dom and "not_json" in dom  # partitions and DLQ reasons
+    assert "(nothing to process)" in dom  # every event had its verdict before the page was read
     assert shot.exists() and shot.stat().st_size > 10_000
