@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Callable, Iterator
 
 from .config import Settings
-from .kafka_io import assign_up_to_ends, consumer, producer, reached_end, send
+from .kafka_io import assign_up_to_ends, consumer, producer, reached_end, send, topic_partitions
 
 
 def _lines(path: str) -> Iterator[bytes]:
@@ -73,7 +73,7 @@ def produce_jsonl(settings: Settings, path: str, *, topic: str | None = None, li
 def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = None, idle: float | None = None,
                from_end: bool = False, echo: Callable[[str], None] | None = print,
                max_ids: int | None = None, to_end: bool = False) -> dict[str, int]:
-    """Read a topic with a throw-away group (commits nothing); count verdicts by kind.
+    """Read a topic (no group joined, nothing committed); count verdicts by kind.
 
     ``max_ids``: stop once records about this many distinct documents were read (a verdict's
     ``id``, else the record's key). Why beside ``max_messages``: the verdicts topic carries
@@ -82,24 +82,30 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
 
     ``to_end``: read what the topic held when the call began, then stop. Why not ``idle``: a quiet
     window cannot tell "all read" from "a slow start", and a fetch that takes longer than the window
-    ends the read early. The ends are the partitions' high watermarks, taken first."""
+    ends the read early. The ends are the partitions' high watermarks, taken first.
+
+    The partitions the topic has at the start are assigned, not subscribed: a group join would
+    come out of the ``idle`` window, and a broker with the default
+    ``group.initial.rebalance.delay.ms`` holds a new group's join for 3 s. A partition added while
+    the read goes on is not read."""
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+
     if to_end and from_end:
         raise ValueError("to_end and from_end exclude each other: from the end there is nothing to read up to it")
     c = consumer(settings, f"stream-dedup-tail-{uuid.uuid4().hex[:8]}",
-                 **{"auto.offset.reset": "latest" if from_end else "earliest"},
                  **({"enable.partition.eof": True} if to_end else {}))
     ends: dict[int, int] = {}
     counts: Counter[str] = Counter()
     seen = 0
     ids: set[object] = set()
     try:
+        parts = topic_partitions(c, topic)
+        if parts is None:
+            raise RuntimeError(f"topic {topic} cannot be read: it is not in the broker's metadata")
         if to_end:
-            found = assign_up_to_ends(c, topic)
-            if found is None:
-                raise RuntimeError(f"topic {topic} cannot be read: it is not in the broker's metadata")
-            ends = found
+            ends = assign_up_to_ends(c, topic) or {}
         else:
-            c.subscribe([topic])
+            c.assign([TopicPartition(topic, p, OFFSET_END if from_end else OFFSET_BEGINNING) for p in parts])
         last = time.monotonic()
         while ((max_messages is None or seen < max_messages) and (max_ids is None or len(ids) < max_ids)
                and not (to_end and not ends)):

@@ -323,6 +323,60 @@ def test_cli_tail_to_end_reads_what_the_topic_holds_then_stops(kafka_settings, u
     assert r.returncode == 2 and "exclude each other" in r.stderr, r.stderr
 
 
+def test_cli_tail_follows_by_assignment_without_a_group_join(kafka_settings, unique_name):
+    """`tail` reads its partitions by assignment: while it follows a topic no `stream-dedup-tail-*`
+    group has members (a join, 3 s on a broker with the default initial rebalance delay, would come
+    out of `--idle`). `--from-end` prints only what was written after it began; `--idle S` alone
+    reads everything, then stops; a missing topic exits 3."""
+    from confluent_kafka import TopicPartition
+
+    topic = f"{unique_name}.follow"
+    _create(kafka_settings, topic, 2)
+    p = producer(kafka_settings)
+    for i in range(10):
+        p.produce(topic, json.dumps({"id": f"old{i}"}).encode(), partition=i % 2)
+    assert p.flush(30) == 0
+    env = settings_env(kafka_settings)
+    exe = [sys.executable, "-m", "stream_dedup.cli", "tail", "--topic", topic]
+    follow = subprocess.Popen(exe + ["--from-end", "--idle", "120"], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(follow.stdout), daemon=True)
+    reader.start()
+    new = 0
+    try:
+        deadline = time.monotonic() + 60
+        while not lines and time.monotonic() < deadline:  # until the follower has a position
+            p.produce(topic, json.dumps({"id": f"new{new}"}).encode(), partition=new % 2)
+            assert p.flush(30) == 0
+            new += 1
+            time.sleep(0.2)
+        assert lines, "tail --from-end printed nothing of what was written after it began"
+        known = consumer(kafka_settings, f"{unique_name}-known")  # a group the listing must show
+        try:
+            known.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+        finally:
+            known.close()
+        client = admin(kafka_settings)  # kept alive until the future resolves
+        groups = client.list_consumer_groups().result(30).valid
+        assert f"{unique_name}-known" in {g.group_id for g in groups}
+        joined = [(g.group_id, str(g.state)) for g in groups if g.group_id.startswith("stream-dedup-tail-")
+                  and str(g.state).split(".")[-1] not in ("EMPTY", "DEAD")]
+        assert joined == [], "tail joined a consumer group"
+    finally:
+        follow.send_signal(signal.SIGINT)
+        rc = follow.wait(60)
+        reader.join(10)
+    assert rc == 0, follow.stderr.read()
+    assert lines and all(json.loads(line)["id"].startswith("new") for line in lines)
+    r = subprocess.run(exe + ["--idle", "2", "--summary"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"messages": 10 + new, "?": 10 + new}
+    r = subprocess.run([*exe[:-1], f"{unique_name}.absent", "--idle", "5"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 3 and f"topic {unique_name}.absent cannot be read" in r.stderr, r.stderr
+
+
 def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings):
     """`status --wait-drained`'s test, against the workers' group as a worker leaves it: records on
     a source topic with no commit are work left; committed up to a transaction's marker is done
