@@ -338,8 +338,11 @@ def test_cli_tail_follows_by_assignment_without_a_group_join(kafka_settings, uni
     assert p.flush(30) == 0
     env = settings_env(kafka_settings)
     exe = [sys.executable, "-m", "stream_dedup.cli", "tail", "--topic", topic]
+    # Ctrl-C ends it; SIGINT's default handling restored, since a test run in the background (CI)
+    # has it ignored, and a child inherits that
     follow = subprocess.Popen(exe + ["--from-end", "--idle", "120"], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(follow.stdout), daemon=True)
     reader.start()
@@ -365,7 +368,11 @@ def test_cli_tail_follows_by_assignment_without_a_group_join(kafka_settings, uni
         assert joined == [], "tail joined a consumer group"
     finally:
         follow.send_signal(signal.SIGINT)
-        rc = follow.wait(60)
+        try:
+            rc = follow.wait(60)
+        except subprocess.TimeoutExpired:
+            follow.kill()
+            raise
         reader.join(10)
     assert rc == 0, follow.stderr.read()
     assert lines and all(json.loads(line)["id"].startswith("new") for line in lines)
