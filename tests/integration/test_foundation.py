@@ -41,6 +41,18 @@ def _transactional(settings, tid: str):
     return tp
 
 
+def _commit(settings, group: str, topic: str, partition: int, offset: int) -> None:
+    """Commit ``offset`` of ``topic[partition]`` for ``group``, as a member of it would, without
+    joining it."""
+    from confluent_kafka import TopicPartition
+
+    c = consumer(settings, group)
+    try:
+        c.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+    finally:
+        c.close()
+
+
 def test_round_trip_consumer_group_of_two(kafka_settings, unique_name):
     """N events produced with confluent-kafka arrive exactly once across a group of two consumers."""
     topic, n = f"{unique_name}.rt", 2000
@@ -328,8 +340,6 @@ def test_cli_tail_follows_by_assignment_without_a_group_join(kafka_settings, uni
     group has members (a join, 3 s on a broker with the default initial rebalance delay, would come
     out of `--idle`). `--from-end` prints only what was written after it began; `--idle S` alone
     reads everything, then stops; a missing topic exits 3."""
-    from confluent_kafka import TopicPartition
-
     topic = f"{unique_name}.follow"
     _create(kafka_settings, topic, 2)
     p = producer(kafka_settings)
@@ -355,11 +365,7 @@ def test_cli_tail_follows_by_assignment_without_a_group_join(kafka_settings, uni
             new += 1
             time.sleep(0.2)
         assert lines, "tail --from-end printed nothing of what was written after it began"
-        known = consumer(kafka_settings, f"{unique_name}-known")  # a group the listing must show
-        try:
-            known.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
-        finally:
-            known.close()
+        _commit(kafka_settings, f"{unique_name}-known", topic, 0, 1)  # a group the listing must show
         client = admin(kafka_settings)  # kept alive until the future resolves
         groups = client.list_consumer_groups().result(30).valid
         assert f"{unique_name}-known" in {g.group_id for g in groups}
@@ -388,8 +394,6 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
     """`status --wait-drained`'s test, against the workers' group as a worker leaves it: records on
     a source topic with no commit are work left; committed up to a transaction's marker is done
     (the raw lag stays 1); an open transaction's records count once it commits; aborted ones never."""
-    from confluent_kafka import TopicPartition
-
     from stream_dedup.status import group_status, records_behind, wait_drained
 
     s = kafka_settings
@@ -397,11 +401,7 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
     pages, probes = s.topics.pages, f"{s.topics.internal_prefix}.probes"
 
     def commit(topic: str, part: int, offset: int) -> None:
-        c = consumer(s, s.worker.app_id)
-        try:
-            c.commit(offsets=[TopicPartition(topic, part, offset)], asynchronous=False)
-        finally:
-            c.close()
+        _commit(s, s.worker.app_id, topic, part, offset)
 
     def behind() -> list[tuple[str, int]]:
         drained, st = wait_drained(s, 0)
@@ -461,18 +461,12 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
 
 def test_gap_filler_reads_a_groups_committed_offsets_without_joining_it(kafka_settings, unique_name):
     """The baseline a worker's gap tracking starts from after an assignment (``gaps.confluent_committed``)."""
-    from confluent_kafka import TopicPartition
-
     from stream_dedup.kafka_io import client_config
     from stream_dedup.stream.gaps import confluent_committed
 
     topic, group = f"{unique_name}.committed", f"{unique_name}-g"
     _create(kafka_settings, topic, 2)
-    c = consumer(kafka_settings, group)
-    try:
-        c.commit(offsets=[TopicPartition(topic, 0, 42)], asynchronous=False)
-    finally:
-        c.close()
+    _commit(kafka_settings, group, topic, 0, 42)
     committed = confluent_committed(client_config(kafka_settings), group)
     assert committed(topic, 0) == 42
     assert committed(topic, 1) == 0  # nothing committed: the partition's start
