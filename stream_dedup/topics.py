@@ -67,6 +67,28 @@ def load_specs(settings: Settings) -> list[TopicSpec]:
     return specs
 
 
+MAX_PARTITIONS_PER_CREATE = 10_000
+
+
+def create_batches(specs: list[TopicSpec], limit: int = MAX_PARTITIONS_PER_CREATE) -> list[list[TopicSpec]]:
+    """``specs`` in order, cut into runs of at most ``limit`` partitions together.
+
+    Why: a KRaft controller refuses a CreateTopics request whose topics hold more than 10,000
+    partitions in all (POLICY_VIOLATION, "Excessively large number of partitions per request"),
+    and the project's topics are a dozen with ``topics.partitions`` each: from about 830
+    partitions up, one request for all of them would fail. A topic larger than ``limit`` goes
+    alone, for the broker to refuse with its own reason."""
+    batches: list[list[TopicSpec]] = []
+    total = limit + 1
+    for spec in specs:
+        if total + spec.partitions > limit:
+            batches.append([])
+            total = 0
+        batches[-1].append(spec)
+        total += spec.partitions
+    return batches
+
+
 def apply(settings: Settings, timeout: float = 30.0, *, grow_input: bool = False) -> ApplyReport:
     """Create missing topics; compare existing ones with their spec; never destroy data.
     ``grow_input``: give the pages topic its spec's partitions when it has fewer (see above)."""
@@ -79,10 +101,10 @@ def apply(settings: Settings, timeout: float = 30.0, *, grow_input: bool = False
     meta = client.list_topics(timeout=timeout)
     report = ApplyReport()
     missing = [s for s in specs if s.name not in meta.topics]
-    if missing:
+    for batch in create_batches(missing):
         futures = client.create_topics(
             [NewTopic(s.name, num_partitions=s.partitions, replication_factor=settings.kafka.replication_factor,
-                      config=s.config) for s in missing], operation_timeout=timeout)
+                      config=s.config) for s in batch], operation_timeout=timeout)
         for name, fut in futures.items():
             try:
                 fut.result()
