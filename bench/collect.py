@@ -13,7 +13,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ORDER = ["quality", "html_quality", "fingerprint", "scan_vs_jieba", "stages", "instructions", "segmenters", "index_scale",
-         "kafka_e2e", "kafka_profile"]
+         "kafka_e2e", "kafka_profile", "status_scale"]
 TITLES = {"quality": "Quality and speed vs peers (development benchmark)", "fingerprint": "Fingerprint math vs peers",
           "scan_vs_jieba": "scan vs raw jieba segmentation", "index_scale": "Index scaling",
           "kafka_e2e": "Kafka end to end (real local broker)",
@@ -21,12 +21,14 @@ TITLES = {"quality": "Quality and speed vs peers (development benchmark)", "fing
           "segmenters": "Word segmenters: Python jieba vs rjieba (the default, behind its adapter)",
           "stages": "What a document costs in each stage of scan",
           "instructions": "What an event costs in instructions (Valgrind), and what the machine gave per second",
-          "kafka_profile": "Kafka end to end: where the workers' CPU goes (py-spy)"}
+          "kafka_profile": "Kafka end to end: where the workers' CPU goes (py-spy)",
+          "status_scale": "`stream-dedup status` as the partitions grow (real local broker)"}
 COMMANDS = {"quality": "python bench/quality.py", "fingerprint": "python bench/fingerprint.py",
             "scan_vs_jieba": "python bench/scan_vs_jieba.py", "index_scale": "python bench/index_scale.py",
             "kafka_e2e": "python bench/kafka_e2e.py", "html_quality": "python bench/html_quality.py",
             "segmenters": "python bench/segmenters.py", "stages": "python bench/stages.py",
-            "instructions": "python bench/instructions.py", "kafka_profile": "python bench/kafka_e2e.py"}
+            "instructions": "python bench/instructions.py", "kafka_profile": "python bench/kafka_e2e.py",
+            "status_scale": "python bench/status_scale.py"}
 
 
 def base_of(name: str) -> str:

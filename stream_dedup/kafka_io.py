@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from .config import Settings
@@ -47,6 +47,18 @@ def consumer(settings: Settings, group: str, **extra: Any):
     defaults = {"group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False}
     defaults.update(extra)
     return Consumer(client_config(settings, **defaults))
+
+
+def end_reader(settings: Settings, group: str):
+    """A consumer for reading partitions up to their ends (``assign_up_to_ends``, ``reached_end``):
+    the end-of-partition event on, and the broker's wait for new records short.
+
+    Why the short wait: a fetch at a partition's end is held by the broker for up to
+    ``fetch.wait.max.ms`` (librdkafka's default, 500 ms) in case records come, and only its answer
+    brings the end-of-partition event. A partition whose last offset is a transaction marker ends
+    no other way, so ``status``, which reads every lagging partition so, took 0.67 s at 18
+    partitions with 0.5 s of it that wait (``bench/status_scale.py``)."""
+    return consumer(settings, group, **{"enable.partition.eof": True, "fetch.wait.max.ms": 10})
 
 
 def send(p, topic: str, value: bytes, key: bytes | None = None, **kw: Any) -> None:
@@ -108,7 +120,8 @@ def assign_up_to_ends(c, topic: str, *, last: int | None = None, timeout: float 
     """Assign the partitions of ``topic`` that hold records now, each from its beginning (or from
     its ``last`` records); return their ends (high watermarks), None when the topic is not in the
     metadata. Assigned, not subscribed: no group join to wait for. Read up to the ends with
-    ``reached_end``, whose end-of-partition case needs the consumer's ``enable.partition.eof``."""
+    ``reached_end``, whose end-of-partition case needs the consumer's ``enable.partition.eof``
+    (``end_reader``)."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
     parts = topic_partitions(c, topic, timeout)
@@ -116,8 +129,7 @@ def assign_up_to_ends(c, topic: str, *, last: int | None = None, timeout: float 
         return None
     ends: dict[int, int] = {}
     starts = []
-    for p in parts:
-        low, high = watermarks(c, topic, p, timeout)
+    for (_, p), (low, high) in watermarks(c, [(topic, p) for p in parts], timeout).items():
         if high > low:
             ends[p] = high
             starts.append(TopicPartition(topic, p, OFFSET_BEGINNING if last is None else max(low, high - last)))
@@ -141,10 +153,31 @@ def reached_end(msg, ends: dict[int, int]) -> bool:
     return err.code() == KafkaError._PARTITION_EOF and msg.offset() >= end
 
 
-def watermarks(c, topic: str, partition: int, timeout: float = 10.0) -> tuple[int, int]:
-    """A partition's low and high offsets, asked again while its leader is not known: a command
-    run just after the topic was created (``status`` in ``make demo``) would fail otherwise."""
-    from confluent_kafka import TopicPartition
+def watermarks(c, partitions: Iterable[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], tuple[int, int]]:
+    """The low and high offsets of each (topic, partition), as ``get_watermark_offsets`` gives
+    them (the high one read committed when ``c`` reads so: the last stable offset), asked again
+    while a partition's leader is not known: a command run just after the topic was created
+    (``status`` in ``make demo``) would fail otherwise.
 
-    return coordinated(lambda: c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout),
-                       f"offsets of {topic}[{partition}]", wait_s=max(timeout, 10.0), busy=LEADER_NOT_READY)
+    Why ``offsets_for_times`` with Kafka's ListOffsets codes (-2 the earliest, -1 the latest)
+    instead of ``get_watermark_offsets`` per partition: it asks each leader once for all its
+    partitions. ``status`` reads every source partition on each call, and the status page every
+    10 s: at ``topics.partitions`` = 1024 (3,072 source partitions) a round trip each took
+    1.1-1.3 s, the batch 0.14 (``bench/results/status_scale.md``)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    wanted = list(partitions)
+    if not wanted:
+        return {}
+
+    def ask(code: int) -> dict[tuple[str, int], int]:
+        got = c.offsets_for_times([TopicPartition(t, p, code) for t, p in wanted], timeout=timeout)
+        for tp in got:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+        return {(tp.topic, tp.partition): tp.offset for tp in got}
+
+    what = f"offsets of {len(wanted)} partition(s) of {', '.join(sorted({t for t, _ in wanted}))}"
+    low, high = (coordinated(lambda: ask(code), what, wait_s=max(timeout, 10.0), busy=LEADER_NOT_READY)
+                 for code in (-2, -1))
+    return {tp: (low[tp], high[tp]) for tp in wanted}

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Callable, Iterator
 
 from .config import Settings
-from .kafka_io import assign_up_to_ends, consumer, producer, reached_end, send, topic_partitions
+from .kafka_io import assign_up_to_ends, consumer, end_reader, producer, reached_end, send, topic_partitions
 
 
 def _lines(path: str) -> Iterator[bytes]:
@@ -92,8 +92,8 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
 
     if to_end and from_end:
         raise ValueError("to_end and from_end exclude each other: from the end there is nothing to read up to it")
-    c = consumer(settings, f"stream-dedup-tail-{uuid.uuid4().hex[:8]}",
-                 **({"enable.partition.eof": True} if to_end else {}))
+    group = f"stream-dedup-tail-{uuid.uuid4().hex[:8]}"
+    c = end_reader(settings, group) if to_end else consumer(settings, group)
     ends: dict[int, int] = {}
     counts: Counter[str] = Counter()
     seen = 0

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeGuard
 
 from .config import Settings
-from .kafka_io import (client_config, consumer, coordinated, producer, reached_end, send, topic_partitions,
+from .kafka_io import (client_config, coordinated, end_reader, producer, reached_end, send, topic_partitions,
                        watermarks)
 from .stream.gaps import confluent_fetch
 from .stream.quarantine import item_ids
@@ -133,7 +133,7 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
 
     wanted, only = set(reasons), set(ids)
     dlq = settings.topics.dlq
-    c = consumer(settings, f"{settings.worker.app_id}-redrive", **{"enable.partition.eof": True})
+    c = end_reader(settings, f"{settings.worker.app_id}-redrive")
     p = None if dry_run else producer(settings)
     failures: list[str] = []
     counts: Counter[str] = Counter()
@@ -160,7 +160,7 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
         if partitions(dlq) is None:
             raise RuntimeError(f"dead-letter topic {dlq!r} does not exist (run `stream-dedup topics apply`)")
         tps = [TopicPartition(dlq, i) for i in range(partitions(dlq) or 0)]
-        ends = {tp.partition: watermarks(c, dlq, tp.partition, timeout)[1] for tp in tps}
+        ends = {p: high for (_, p), (_, high) in watermarks(c, [(dlq, tp.partition) for tp in tps], timeout).items()}
         starts = {tp.partition: OFFSET_BEGINNING if from_beginning or tp.offset < 0 else tp.offset
                   for tp in coordinated(lambda: c.committed(tps, timeout=timeout), f"committed offsets of {dlq!r}")}
         nonempty = [i for i, end in ends.items() if end > 0]

@@ -5,8 +5,8 @@ import time
 from typing import Any
 
 from .config import Settings
-from .kafka_io import (admin, assign_up_to_ends, consumer, coordinated, reached_end, topic_partitions,
-                       watermarks)
+from .kafka_io import (admin, assign_up_to_ends, consumer, coordinated, end_reader, reached_end,
+                       topic_partitions, watermarks)
 from .topics import load_specs
 
 
@@ -46,8 +46,9 @@ def group_status(settings: Settings, timeout: float = 10.0, *, reports: bool = T
         for topic in source_topics(settings):  # a partition with records and no commit yet lags too
             for part in topic_partitions(probe, topic, timeout) or ():
                 committed.setdefault((topic, part), -1)
+        offsets = watermarks(probe, sorted(committed), timeout)
         for (topic, part), off in sorted(committed.items()):
-            lo, hi = watermarks(probe, topic, part, timeout)
+            lo, hi = offsets[(topic, part)]
             lag = hi - off if off >= 0 else hi - lo
             rows.append({"topic": topic, "partition": part, "committed": off, "end": hi, "lag": lag,
                          "owner": owners.get((topic, part))})
@@ -103,7 +104,7 @@ def records_behind(settings: Settings, rows: list[dict[str, Any]], timeout: floa
         return []
     from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
-    c = consumer(settings, f"{settings.worker.app_id}-status-drain", **{"enable.partition.eof": True})
+    c = end_reader(settings, f"{settings.worker.app_id}-status-drain")
     left = dict(lagging)
     behind: list[dict[str, Any]] = []
     try:
@@ -178,7 +179,7 @@ def _read_tail(settings: Settings, topic: str, per_partition: int, timeout: floa
     """The last ``per_partition`` JSON messages of every partition of a topic, in offset order per partition."""
     import json
 
-    c = consumer(settings, f"{settings.worker.app_id}-status-page", **{"enable.partition.eof": True})
+    c = end_reader(settings, f"{settings.worker.app_id}-status-page")
     out: list[dict[str, Any]] = []
     try:
         ends = assign_up_to_ends(c, topic, last=per_partition, timeout=timeout)
