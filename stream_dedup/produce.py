@@ -70,6 +70,10 @@ def produce_jsonl(settings: Settings, path: str, *, topic: str | None = None, li
     return sent
 
 
+#: how often ``tail_topic`` looks for partitions added to the topic it follows
+NEW_PARTITIONS_EVERY_S = 5.0
+
+
 def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = None, idle: float | None = None,
                from_end: bool = False, echo: Callable[[str], None] | None = print,
                max_ids: int | None = None, to_end: bool = False) -> dict[str, int]:
@@ -84,10 +88,11 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
     window cannot tell "all read" from "a slow start", and a fetch that takes longer than the window
     ends the read early. The ends are the partitions' high watermarks, taken first.
 
-    The partitions the topic has at the start are assigned, not subscribed: a group join would
-    come out of the ``idle`` window, and a broker with the default
-    ``group.initial.rebalance.delay.ms`` holds a new group's join for 3 s. A partition added while
-    the read goes on is not read."""
+    The partitions are assigned, not subscribed: a group join would come out of the ``idle``
+    window, and a broker with the default ``group.initial.rebalance.delay.ms`` holds a new group's
+    join for 3 s. A follower (not ``to_end``) looks for partitions added to the topic every
+    ``NEW_PARTITIONS_EVERY_S`` and reads them from their beginning (all their records are newer
+    than the read): the pages topic can grow (``topics apply --grow-input``) while someone tails it."""
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
     if to_end and from_end:
@@ -106,9 +111,16 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
             ends = assign_up_to_ends(c, topic) or {}
         else:
             c.assign([TopicPartition(topic, p, OFFSET_END if from_end else OFFSET_BEGINNING) for p in parts])
-        last = time.monotonic()
+        last = looked = time.monotonic()
+        known = set(parts)
         while ((max_messages is None or seen < max_messages) and (max_ids is None or len(ids) < max_ids)
                and not (to_end and not ends)):
+            if not to_end and time.monotonic() - looked >= NEW_PARTITIONS_EVERY_S:
+                looked = time.monotonic()
+                added = sorted(set(topic_partitions(c, topic) or ()) - known)
+                if added:
+                    c.incremental_assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in added])
+                    known.update(added)
             msg = c.poll(0.5)
             if msg is None:
                 if idle is not None and time.monotonic() - last > idle:

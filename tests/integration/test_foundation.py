@@ -338,8 +338,10 @@ def test_cli_tail_to_end_reads_what_the_topic_holds_then_stops(kafka_settings, u
 def test_cli_tail_follows_by_assignment_without_a_group_join(kafka_settings, unique_name):
     """`tail` reads its partitions by assignment: while it follows a topic no `stream-dedup-tail-*`
     group has members (a join, 3 s on a broker with the default initial rebalance delay, would come
-    out of `--idle`). `--from-end` prints only what was written after it began; `--idle S` alone
-    reads everything, then stops; a missing topic exits 3."""
+    out of `--idle`). `--from-end` prints only what was written after it began, a partition added
+    meanwhile included; `--idle S` alone reads everything, then stops; a missing topic exits 3."""
+    from confluent_kafka.admin import NewPartitions
+
     topic = f"{unique_name}.follow"
     _create(kafka_settings, topic, 2)
     p = producer(kafka_settings)
@@ -372,6 +374,16 @@ def test_cli_tail_follows_by_assignment_without_a_group_join(kafka_settings, uni
         joined = [(g.group_id, str(g.state)) for g in groups if g.group_id.startswith("stream-dedup-tail-")
                   and str(g.state).split(".")[-1] not in ("EMPTY", "DEAD")]
         assert joined == [], "tail joined a consumer group"
+        client.create_partitions([NewPartitions(topic, 3)])[topic].result(30)  # `topics apply --grow-input`
+        grown = producer(kafka_settings)  # metadata that knows the new partition
+        grown.list_topics(topic, timeout=10)
+        grown.produce(topic, json.dumps({"id": "new-partition"}).encode(), partition=2)
+        assert grown.flush(30) == 0
+        new += 1
+        deadline = time.monotonic() + 30  # tail looks for new partitions every 5 s
+        while not any("new-partition" in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert any("new-partition" in line for line in lines), "tail did not read a partition added while it followed"
     finally:
         follow.send_signal(signal.SIGINT)
         try:
