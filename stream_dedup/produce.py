@@ -93,7 +93,7 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
     join for 3 s. A follower (not ``to_end``) looks for partitions added to the topic every
     ``NEW_PARTITIONS_EVERY_S`` and reads them from their beginning (all their records are newer
     than the read): the pages topic can grow (``topics apply --grow-input``) while someone tails it."""
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
 
     if to_end and from_end:
         raise ValueError("to_end and from_end exclude each other: from the end there is nothing to read up to it")
@@ -117,7 +117,10 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
                and not (to_end and not ends)):
             if not to_end and time.monotonic() - looked >= NEW_PARTITIONS_EVERY_S:
                 looked = time.monotonic()
-                added = sorted(set(topic_partitions(c, topic) or ()) - known)
+                try:  # a metadata request that fails or times out is asked again next time
+                    added = sorted(set(topic_partitions(c, topic, timeout=2.0) or ()) - known)
+                except KafkaException:
+                    added = []
                 if added:
                     c.incremental_assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in added])
                     known.update(added)
