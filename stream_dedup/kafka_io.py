@@ -178,6 +178,6 @@ def watermarks(c, partitions: Iterable[tuple[str, int]], timeout: float = 10.0) 
         return {(tp.topic, tp.partition): tp.offset for tp in got}
 
     what = f"offsets of {len(wanted)} partition(s) of {', '.join(sorted({t for t, _ in wanted}))}"
-    low, high = (coordinated(lambda: ask(code), what, wait_s=max(timeout, 10.0), busy=LEADER_NOT_READY)
-                 for code in (-2, -1))
+    low = coordinated(lambda: ask(-2), what, wait_s=max(timeout, 10.0), busy=LEADER_NOT_READY)
+    high = coordinated(lambda: ask(-1), what, wait_s=max(timeout, 10.0), busy=LEADER_NOT_READY)
     return {tp: (low[tp], high[tp]) for tp in wanted}
