@@ -16,6 +16,23 @@ RESULTS = REPO / "bench" / "results"
 DEVSET = REPO / "bench" / "work" / "devset"
 
 
+def settings_for(prefix: str, partitions: int, bootstrap: str | None = None):
+    """Settings whose topics (every one, the clusters output included) and group are named by
+    ``prefix``, with ``partitions`` each: a benchmark run's own, beside other runs on one broker.
+    The broker is ``bootstrap``, else the environment's (KAFKA_BOOTSTRAP)."""
+    from stream_dedup.config import load_settings
+
+    s = load_settings()
+    if bootstrap:
+        s.kafka.bootstrap = bootstrap
+    t = s.topics
+    t.pages, t.dlq, t.verdicts = f"{prefix}.pages", f"{prefix}.dlq", f"{prefix}.verdicts"
+    t.unique, t.duplicate, t.clusters = f"{prefix}.unique", f"{prefix}.duplicate", f"{prefix}.clusters"
+    t.internal_prefix, t.partitions = prefix, partitions
+    s.worker.app_id = prefix
+    return s
+
+
 def need_shared() -> None:
     if not SHARED.exists():
         sys.exit(f"benchmarks need the sample corpora at {SHARED} (set STREAM_DEDUP_SHARED)")

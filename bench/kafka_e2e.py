@@ -55,7 +55,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, RESULTS, devset, need_shared, read_jsonl, save, table  # noqa: E402
+from common import REPO, RESULTS, devset, need_shared, read_jsonl, save, settings_for, table  # noqa: E402
 from worker_profile import CpuMeter, Profiler, summary  # noqa: E402
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
@@ -76,20 +76,12 @@ def broker_pid() -> int | None:
     return int(out[2]) if len(out) > 2 and out[:2] == ["running", "pid"] and out[2].isdigit() else None
 
 
-def settings_for(prefix: str, partitions: int):
-    s = load_settings()
-    t = s.topics
-    t.pages, t.dlq, t.verdicts = f"{prefix}.pages", f"{prefix}.dlq", f"{prefix}.verdicts"
-    t.unique, t.duplicate, t.internal_prefix, t.partitions = f"{prefix}.unique", f"{prefix}.duplicate", prefix, partitions
-    s.worker.app_id = prefix
-    return s
-
-
 def env_for(s, state: str, web_port: int = 0) -> dict:
     t = s.topics
     return dict(os.environ, KAFKA_BOOTSTRAP=s.kafka.bootstrap, STREAM_DEDUP_TOPICS__PAGES=t.pages,
                 STREAM_DEDUP_TOPICS__DLQ=t.dlq, STREAM_DEDUP_TOPICS__VERDICTS=t.verdicts,
                 STREAM_DEDUP_TOPICS__UNIQUE=t.unique, STREAM_DEDUP_TOPICS__DUPLICATE=t.duplicate,
+                STREAM_DEDUP_TOPICS__CLUSTERS=t.clusters,
                 STREAM_DEDUP_TOPICS__INTERNAL_PREFIX=t.internal_prefix, STREAM_DEDUP_TOPICS__PARTITIONS=str(t.partitions),
                 STREAM_DEDUP_WORKER__APP_ID=s.worker.app_id, STREAM_DEDUP_WORKER__WEB_PORT=str(web_port),
                 STREAM_DEDUP_WORKER__STATE_DIR=state, STREAM_DEDUP_WORKER__LOG_LEVEL=os.environ.get("BENCH_WORKER_LOG_LEVEL", "WARNING"))
