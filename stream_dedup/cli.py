@@ -263,7 +263,7 @@ def status(c: Ctx, as_json: bool, wait_drained: bool, timeout: float) -> None:
         st = group_status(c.settings)
         click.echo(json.dumps(st, indent=2) if as_json else st["text"])
         return
-    drained, st = wait(c.settings, timeout)
+    drained, st = wait(c.settings, timeout, echo=lambda line: click.echo(f"stream-dedup: {line}", err=True))
     st["drained"] = drained
     click.echo(json.dumps(st, indent=2) if as_json else st["text"])
     if not drained:

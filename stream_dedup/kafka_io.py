@@ -116,15 +116,17 @@ def topic_partitions(c, topic: str, timeout: float = 10.0) -> list[int] | None:
     return sorted(meta.partitions)
 
 
-def assign_up_to_ends(c, topic: str, *, last: int | None = None, timeout: float = 10.0) -> dict[int, int] | None:
+def assign_up_to_ends(c, topic: str, *, last: int | None = None, timeout: float = 10.0,
+                      parts: list[int] | None = None) -> dict[int, int] | None:
     """Assign the partitions of ``topic`` that hold records now, each from its beginning (or from
     its ``last`` records); return their ends (high watermarks), None when the topic is not in the
-    metadata. Assigned, not subscribed: no group join to wait for. Read up to the ends with
-    ``reached_end``, whose end-of-partition case needs the consumer's ``enable.partition.eof``
-    (``end_reader``)."""
+    metadata. ``parts``: the topic's partitions when the caller has just looked them up. Assigned,
+    not subscribed: no group join to wait for. Read up to the ends with ``reached_end``, whose
+    end-of-partition case needs the consumer's ``enable.partition.eof`` (``end_reader``)."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-    parts = topic_partitions(c, topic, timeout)
+    if parts is None:
+        parts = topic_partitions(c, topic, timeout)
     if parts is None:
         return None
     ends: dict[int, int] = {}

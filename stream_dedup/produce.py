@@ -108,7 +108,7 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
         if parts is None:
             raise RuntimeError(f"topic {topic} cannot be read: it is not in the broker's metadata")
         if to_end:
-            ends = assign_up_to_ends(c, topic) or {}
+            ends = assign_up_to_ends(c, topic, parts=parts) or {}
         else:
             c.assign([TopicPartition(topic, p, OFFSET_END if from_end else OFFSET_BEGINNING) for p in parts])
         last = looked = time.monotonic()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .config import Settings
@@ -23,10 +24,12 @@ def group_status(settings: Settings, timeout: float = 10.0, *, reports: bool = T
     client = admin(settings)
     owners: dict[tuple[str, int], str] = {}
     state = "unknown"
+    members: int | None = None
     try:
         desc = coordinated(lambda: client.describe_consumer_groups([group])[group].result(timeout),
                            f"description of group {group!r}", wait_s=timeout)
         state = str(desc.state).split(".")[-1]
+        members = len(desc.members)
         for m in desc.members:
             for tp in (m.assignment.topic_partitions if m.assignment else []):
                 owners[(tp.topic, tp.partition)] = f"{m.client_id}@{m.host}"
@@ -57,21 +60,27 @@ def group_status(settings: Settings, timeout: float = 10.0, *, reports: bool = T
     left = {(r["topic"], r["partition"]) for r in records_behind(settings, rows, timeout)}
     for r in rows:
         r["work_left"] = (r["topic"], r["partition"]) in left
-    st = {"group": group, "state": state, "total_lag": sum(r["lag"] for r in rows),
+    st = {"group": group, "state": state, "members": members, "total_lag": sum(r["lag"] for r in rows),
           "partitions_with_work": len(left), "partitions": rows, "workers": []}
+    st["work_said"] = work_said(st)
     if reports:
         st["workers"] = worker_reports(settings, timeout)
     st["text"] = status_text(st)
     return st
 
 
+def work_said(st: dict[str, Any]) -> str:
+    """What the total lag of ``group_status`` holds, in words: ``status`` prints it after the lag,
+    and the status page shows it (``work_said`` in its JSON), so both say the same."""
+    work = st["partitions_with_work"]
+    return (f"{work} partition{'s' * (work != 1)} with events to process" if work else
+            "nothing to process" + (": the lag left is transaction markers or aborted records" if st["total_lag"] else ""))
+
+
 def status_text(st: dict[str, Any]) -> str:
     """``group_status`` as ``stream-dedup status`` prints it."""
     rows = st["partitions"]
-    work = st["partitions_with_work"]
-    said = (f"{work} partition{'s' * (work != 1)} with events to process" if work else
-            "nothing to process" + (": the lag left is transaction markers or aborted records" if st["total_lag"] else ""))
-    lines = [f"group {st['group']}: {st['state']}, total lag {st['total_lag']} ({said})"]
+    lines = [f"group {st['group']}: {st['state']}, total lag {st['total_lag']} ({st['work_said']})"]
     lines += [f"  {r['topic']}[{r['partition']}] committed={r['committed']} end={r['end']} "
               f"lag={r['lag']}{'' if r['work_left'] or not r['lag'] else ' (nothing to process)'} "
               f"owner={r['owner'] or '-'}" for r in rows]
@@ -124,9 +133,15 @@ def records_behind(settings: Settings, rows: list[dict[str, Any]], timeout: floa
     return behind + list(left.values())  # a partition not answered in time counts as behind
 
 
-def wait_drained(settings: Settings, timeout_s: float, every_s: float = 1.0) -> tuple[bool, dict[str, Any]]:
+def wait_drained(settings: Settings, timeout_s: float, every_s: float = 1.0, *,
+                 echo: Callable[[str], None] | None = None, hint_after_s: float = 10.0) -> tuple[bool, dict[str, Any]]:
     """Poll ``group_status`` until no source partition has a record left to process (True), or
     ``timeout_s`` passed (False); with the last status.
+
+    ``echo`` gets one line when the group has had no member for ``hint_after_s`` while work is
+    left (again after a worker came and went). Why a word and not an early exit: a script often
+    starts its workers and its wait together, and a worker takes seconds to join; but a wait with
+    no worker at all would otherwise say nothing until its timeout, 300 s by default.
 
     Why this tells "every verdict is out", revisions included: a worker commits an offset only
     after the output of what it consumed is delivered (``stream/delivery.py``), and the committed
@@ -135,13 +150,25 @@ def wait_drained(settings: Settings, timeout_s: float, every_s: float = 1.0) -> 
     processed and its output, the verdicts and the probes and answers of other stages alike, was
     on its topics, where it would show as lag if it were not done yet."""
     deadline = time.monotonic() + timeout_s
+    alone_since: float | None = None  # since when the group has had no member (None: it has one)
+    hinted = False
     while True:
+        looked = time.monotonic()
         st = group_status(settings, reports=False)  # the workers' reports once, for the answer
         drained = not st["partitions_with_work"]
-        if drained or time.monotonic() >= deadline:
+        now = time.monotonic()
+        if drained or now >= deadline:
             st["workers"] = worker_reports(settings)
             st["text"] = status_text(st)
             return drained, st
+        if st["members"]:
+            alone_since, hinted = None, False  # a worker joined: say it again if the group empties
+        elif alone_since is None:
+            alone_since = looked
+        if alone_since is not None and not hinted and now - alone_since >= hint_after_s and echo is not None:
+            echo(f"still waiting: group {st['group']} has no worker ({st['state']}) and {st['work_said']}; "
+                 "is `stream-dedup worker` running with this configuration?")
+            hinted = True
         time.sleep(every_s)
 
 

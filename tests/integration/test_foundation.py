@@ -430,6 +430,11 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
     assert p.flush(30) == 0
     assert behind() == [(pages, 0)]  # five records, no commit: status counts them as lag now
     assert "total lag 5 (1 partition with events to process)" in group_status(s)["text"].splitlines()[0]
+    said: list[str] = []  # a wait with no worker in the group says so once, long before its timeout
+    drained, st = wait_drained(s, 2.0, every_s=0.2, echo=said.append, hint_after_s=0.5)
+    assert not drained and st["members"] == 0
+    assert said == [f"still waiting: group {s.worker.app_id} has no worker ({st['state']}) and 1 partition with "
+                    "events to process; is `stream-dedup worker` running with this configuration?"], said
     commit(pages, 0, 5)
     assert behind() == []
     tp = _transactional(s, f"{s.worker.app_id}-tx")
@@ -461,8 +466,9 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
     p.produce(pages, b"{}", partition=1)
     assert p.flush(30) == 0
     exe = [sys.executable, "-m", "stream_dedup.cli", "status", "--wait-drained", "--json"]
-    r = subprocess.run(exe + ["--timeout", "2"], env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1 and "still had events to process after 2 s" in r.stderr, r.stderr
+    r = subprocess.run(exe + ["--timeout", "15"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "still had events to process after 15 s" in r.stderr, r.stderr
+    assert r.stderr.count("stream-dedup: still waiting: group ") == 1, r.stderr  # after 10 s with no worker
     assert f"(group {s.worker.app_id}: EMPTY, 0 workers reporting)" in r.stderr, r.stderr  # no worker ran
     assert json.loads(r.stdout)["drained"] is False
     commit(pages, 1, 1)

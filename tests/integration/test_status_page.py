@@ -2,6 +2,7 @@
 from a real run, and a screenshot is kept as a test artifact (test-artifacts/status-page.png)."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -47,6 +48,8 @@ def test_status_page_renders_charts_clusters_and_ownership(kafka_settings, tmp_p
         url = f"http://127.0.0.1:{port}/status"
         with urllib.request.urlopen(url.replace("/status", "/status.json"), timeout=60) as r:
             assert r.status == 200
+            said = json.loads(r.read())["work_said"]
+        assert said.startswith("nothing to process"), said  # every event had its verdict
         ARTIFACTS.mkdir(exist_ok=True)
         shot = ARTIFACTS / "status-page.png"
         shot.unlink(missing_ok=True)
@@ -66,4 +69,6 @@ def test_status_page_renders_charts_clusters_and_ownership(kafka_settings, tmp_p
     assert re.search(r"<td class=\"num\">40</td>", dom), "the campaign's cluster has 40 copies"
     assert kafka_settings.topics.pages in dom and "not_json" in dom  # partitions and DLQ reasons
     assert "(nothing to process)" in dom  # every event had its verdict before the page was read
+    # the header's words are the ones `status` prints, from the JSON (status.work_said)
+    assert re.search(rf'id="total-lag">\d+ \({re.escape(said)}\)</b>', dom), dom[:3000]
     assert shot.exists() and shot.stat().st_size > 10_000
