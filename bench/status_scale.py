@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, median_time, save, settings_for, table  # noqa: E402
 
-from confluent_kafka import Producer, TopicPartition  # noqa: E402
+from confluent_kafka import KafkaException, Producer, TopicPartition  # noqa: E402
 
 from stream_dedup.config import Settings  # noqa: E402
 from stream_dedup.kafka_io import client_config, consumer, watermarks  # noqa: E402
@@ -44,8 +44,8 @@ def fill(s: Settings) -> list[tuple[str, int]]:
         try:
             tp.init_transactions(30)
             break
-        except Exception:  # noqa: BLE001 - the transaction coordinator is still loading
-            if attempt == 5:
+        except KafkaException as e:  # retriable: the transaction coordinator is still loading
+            if attempt == 5 or not e.args[0].retriable():
                 raise
     tp.begin_transaction()
     for topic, p in parts:
