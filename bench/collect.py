@@ -12,10 +12,11 @@ import re
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ORDER = ["quality", "html_quality", "fingerprint", "scan_vs_jieba", "stages", "instructions", "segmenters", "index_scale",
-         "kafka_e2e", "kafka_profile", "status_scale"]
+ORDER = ["quality", "html_quality", "fingerprint", "scan_vs_jieba", "scan_memory", "stages", "instructions", "segmenters",
+         "index_scale", "kafka_e2e", "kafka_profile", "status_scale"]
 TITLES = {"quality": "Quality and speed vs peers (development benchmark)", "fingerprint": "Fingerprint math vs peers",
           "scan_vs_jieba": "scan vs raw jieba segmentation", "index_scale": "Index scaling",
+          "scan_memory": "scan's memory as the input grows, against a peer's index loop",
           "kafka_e2e": "Kafka end to end (real local broker)",
           "html_quality": "HTML pages: other sites' templates vs same-site pages",
           "segmenters": "Word segmenters: Python jieba vs rjieba (the default, behind its adapter)",
@@ -28,7 +29,7 @@ COMMANDS = {"quality": "python bench/quality.py", "fingerprint": "python bench/f
             "kafka_e2e": "python bench/kafka_e2e.py", "html_quality": "python bench/html_quality.py",
             "segmenters": "python bench/segmenters.py", "stages": "python bench/stages.py",
             "instructions": "python bench/instructions.py", "kafka_profile": "python bench/kafka_e2e.py",
-            "status_scale": "python bench/status_scale.py"}
+            "status_scale": "python bench/status_scale.py", "scan_memory": "python bench/scan_memory.py"}
 
 
 def base_of(name: str) -> str:

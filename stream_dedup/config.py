@@ -141,6 +141,9 @@ class EngineSettings(_Section):
     bloom_capacity: Annotated[int, Meta(gt=0, description="distinct documents per window (whole stream) the Bloom filters are sized for; "
                                 "each exact partition gets capacity / topics.partitions")] = 1_000_000
     bloom_fp_rate: Annotated[float, Meta(gt=0, lt=1, description="target false-positive rate of the decaying Bloom filter (the digest store confirms every hit)")] = 0.01
+    docs_in_memory: Annotated[int, Meta(ge=1, description="scan and the Python API: documents whose verdict state "
+                              "and id check are kept as objects (about 0.8 KB each); older ones go to a RocksDB folder of "
+                              "the run's, so memory does not grow with the input (the workers keep theirs in tables)")] = 500_000
 
 
 class WorkerSettings(_Section):

@@ -5,6 +5,7 @@ import itertools
 import os
 import pickle
 import sys
+import tempfile
 import time
 import traceback
 from collections import Counter, deque
@@ -108,6 +109,44 @@ def _prepare_lines(preparer: Preparer, lines: list[Line]) -> list[Outcome]:
 #: write and a wake-up of the judging process) are spread over more documents. Alternating runs of
 #: ``scan`` on 2 cores, 32 -> 128: SMS 1.00 -> 0.94 s, news 1.38 -> 1.32 s; 256 was no faster.
 CHUNK_LINES = 128
+
+
+class Spool:
+    """Strings appended in order and read back once, in that order: in memory up to ``chunk``, the
+    earlier ones pickled to an unnamed temporary file a chunk at a time.
+
+    Why: ``scan`` writes each document's final verdict at the end, revisions included, in input
+    order, so it keeps every id. A list of ten million ids is most of a gigabyte; the file keeps the
+    memory at one chunk (``engine.docs_in_memory``, as for the documents' states)."""
+
+    def __init__(self, chunk: int):
+        self.chunk = max(1, chunk)
+        self.mem: list[str] = []
+        self.file: Any = None
+
+    def append(self, item: str) -> None:
+        self.mem.append(item)
+        if len(self.mem) >= self.chunk:
+            if self.file is None:
+                self.file = tempfile.TemporaryFile(prefix="stream-dedup-order-")
+            pickle.dump(self.mem, self.file, pickle.HIGHEST_PROTOCOL)
+            self.mem = []
+
+    def __iter__(self) -> Iterator[str]:
+        if self.file is not None:
+            self.file.flush()
+            self.file.seek(0)
+            while True:
+                try:
+                    yield from pickle.load(self.file)
+                except EOFError:
+                    break
+        yield from self.mem
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
 
 def _chunks(lines: Iterable[Line], size: int) -> Iterator[list[Line]]:
@@ -364,7 +403,7 @@ def _run_scan(settings: Settings, input_path: str, out_path: str, *, state_dir: 
     # started before the stores are opened: the processes load what preparing needs meanwhile
     preparers = FilePreparers(settings, input_path, jobs) if jobs >= 1 and input_path != "-" else None
     engine: Engine | None = None
-    order: list[str] = []
+    order = Spool(settings.engine.docs_in_memory)
     try:
         engine = Engine(settings, state_dir, most_docs=None if input_path == "-" else _count_lines(input_path))
         bar = _progress_bar(total) if progress else _NoBar()
@@ -424,6 +463,7 @@ def _run_scan(settings: Settings, input_path: str, out_path: str, *, state_dir: 
                     summary.largest_cluster = max(summary.largest_cluster, c.size)
                     cf.write(json_record(c.to_dict()) + b"\n")
     finally:
+        order.close()
         if preparers is not None:
             preparers.close()
         if engine is not None:

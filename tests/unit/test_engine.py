@@ -47,6 +47,40 @@ def test_order_independence_20_random_orders():
         assert final_verdicts(shuffled) == reference
 
 
+def test_few_documents_in_memory_give_the_same_verdicts_revisions_and_clusters(tmp_path):
+    """``engine.docs_in_memory``: with 1 to 3 documents' states and digests in memory and the rest
+    in the run's RocksDB folder, every call returns what it returns with all in memory (revisions
+    included, in random orders that make them), the id check still knows every id, and the folder
+    is gone after the run."""
+    evs = events()
+    rng = random.Random(11)
+
+    def run(evs: list[dict], most: int | None) -> tuple:
+        env = {} if most is None else {"STREAM_DEDUP_ENGINE__DOCS_IN_MEMORY": str(most)}
+        with Engine(load_settings(environ=env), tmp_path / f"state-{most}") as e:
+            calls = [[v.to_dict() for v in e.process(ev)] for ev in evs]
+            with pytest.raises(Rejected):  # a known id with other content, however long ago
+                e.process({**evs[0], "text": evs[0]["text"] + "（更正）"})
+            assert e.process(evs[0]) == []  # and a replay is still a replay
+            states = e.decide.states
+            assert states.spilled == (most is not None) and len(states.hot) <= (most or len(evs))
+            assert (tmp_path / f"state-{most}" / "run").exists() == (most is not None)
+            out = (calls, {v.id: v.to_dict() for v in e.verdicts()},
+                   [(c.id, c.size, c.canonical, tuple(c.members)) for c in sorted(e.clusters(), key=lambda c: c.id)])
+        assert not (tmp_path / f"state-{most}" / "run").exists()
+        return out
+
+    revised = 0
+    for _ in range(6):
+        shuffled = evs[:]
+        rng.shuffle(shuffled)
+        want = run(shuffled, None)
+        revised += sum(v["revision"] > 0 for call in want[0] for v in call)
+        for most in (1, 2, 3):
+            assert run(shuffled, most) == want
+    assert revised >= 3  # the orders made revisions, so spilled states were revised
+
+
 def test_late_earlier_document_revises_the_later_one():
     text = "本市今天上午召开新闻发布会，介绍今年夏季防汛工作安排，全市已完成主要河道清淤二百余公里，新建排水泵站十二座。"
     with Engine(load_settings(environ={})) as e:
@@ -104,6 +138,20 @@ def test_scan_reports_bad_lines_and_keeps_going(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "line 3: not_json" in err and "line 4: missing_text" in err
     assert len(out.read_text().splitlines()) == 5
+
+
+def test_scan_with_few_documents_in_memory_writes_the_same_files(tmp_path):
+    """``scan`` keeps its ids in order on a spool of ``engine.docs_in_memory`` at a time: the same
+    verdicts, in the same order, and the same clusters as with all of them in memory."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(ev, ensure_ascii=False) + "\n" for ev in reversed(events())), encoding="utf-8")
+    outs = []
+    for env in ({}, {"STREAM_DEDUP_ENGINE__DOCS_IN_MEMORY": "2"}):
+        out, clusters = tmp_path / f"v{len(env)}.jsonl", tmp_path / f"c{len(env)}.jsonl"
+        summary = run_scan(load_settings(environ=env), str(src), str(out), clusters_path=str(clusters), quiet=True)
+        outs.append((summary.docs, summary.revisions, out.read_bytes(), clusters.read_bytes()))
+    assert outs[0][0] == 24 and outs[0][1] > 0 and outs[0][3]
+    assert outs[1] == outs[0]
 
 
 def test_eval_counts_by_cluster():

@@ -1,6 +1,8 @@
 """The state code over real RocksDB files: bucket index and exact digest store."""
 import os
 
+import pytest
+
 from stream_dedup.core.detectors.base import Match
 from stream_dedup.core.exact import ExactStore
 from stream_dedup.core.index import INLINE_MAX, BucketIndex, pack_entries, unpack_entries
@@ -237,3 +239,68 @@ def test_buffered_store_bounds_its_memory_by_bytes_and_flushes_into_a_kept_folde
     kv.close()
     again = Buffered(KVStore(tmp_path / "b"))
     assert again.on_disk and again.get(b"x29") == bytes(1_000) and again[b"x0"] == bytes(1_000)
+
+
+def test_tiered_answers_like_a_dict_while_its_oldest_values_move_to_rocksdb(tmp_path):
+    """``Tiered`` (the embedded engine's per-document records): the same answers as a dict under
+    random writes, reads and deletes, with at most ``hot_max`` values in memory and the rest encoded
+    in a RocksDB folder under a prefix, opened at the first spill; a read leaves a cold value cold,
+    a write brings it back."""
+    import json
+    import random
+
+    from stream_dedup.core.store import Buffered, Keyed, Tiered
+
+    rng = random.Random(5)
+    opened: list[Keyed] = []
+    kv = Buffered(KVStore(tmp_path / "run"), max_entries=30, max_bytes=1 << 20)
+    kv[b"Dother"] = b"a record of another kind"  # another prefix in the same folder: never seen
+
+    def open_cold() -> Keyed:
+        opened.append(Keyed(kv, b"S", lambda v: json.dumps(v).encode(), json.loads))
+        return opened[-1]
+
+    t = Tiered(open_cold, hot_max=20)
+    ref: dict[str, list] = {}
+    for step in range(50):  # fewer than hot_max + 1 distinct keys: nothing leaves memory
+        k = f"早{step % 15}"
+        t[k] = ref[k] = [step, k]
+    assert not opened and not t.spilled and dict(t.items()) == ref
+    for step in range(4_000):
+        k = f"文档-{rng.randrange(300)}"
+        op = rng.random()
+        if op < 0.55:
+            t[k] = ref[k] = [step, k]
+            assert k in t.hot
+        elif op < 0.65:
+            if k in ref:
+                del t[k], ref[k]
+            else:
+                with pytest.raises(KeyError):
+                    del t[k]
+        else:
+            was_hot = k in t.hot
+            assert t.get(k) == ref.get(k)
+            assert (k in t.hot) == was_hot  # reads do not move values
+        assert len(t.hot) <= 20
+    assert len(opened) == 1 and t.spilled
+    assert dict(t.items()) == ref and len(t) == len(ref)
+    cold_only = [k for k in ref if k not in t.hot]
+    assert cold_only and all(t[k] == ref[k] for k in cold_only)
+    assert set(opened[0]) >= set(cold_only) and "other" not in set(opened[0])
+    with pytest.raises(KeyError):
+        t["never written"]
+
+
+def test_keyed_views_share_a_folder_apart(tmp_path):
+    from stream_dedup.core.store import Buffered, Keyed
+
+    kv = Buffered(KVStore(tmp_path / "run"))
+    states, digests = Keyed(kv, b"S"), Keyed(kv, b"D")
+    states["新闻-1"] = b"state"
+    digests["新闻-1"] = b"digest"
+    digests["a\udc80"] = b"x"  # a lone surrogate, as JSON allows in an id
+    assert (states["新闻-1"], digests["新闻-1"], states.get("a\udc80")) == (b"state", b"digest", None)
+    assert sorted(digests) == sorted(["新闻-1", "a\udc80"]) and list(states) == ["新闻-1"]
+    del states["新闻-1"]
+    assert "新闻-1" not in states and digests["新闻-1"] == b"digest" and len(digests) == 2
