@@ -132,6 +132,9 @@ class Engine:
         if self.run_kv is not None:
             self.run_kv.store.destroy()
             self.run_kv = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
 
     def _run_store(self) -> Buffered:
         """The folder of the per-document records that left memory, opened at the first spill.
@@ -143,9 +146,6 @@ class Engine:
             shutil.rmtree(path, ignore_errors=True)  # a run that died left its own: not this run's records
             self.run_kv = Buffered(KVStore(path, cache_mb=8, write_buffer_mb=16), max_bytes=8 << 20)
         return self.run_kv
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
 
     def __enter__(self) -> "Engine":
         return self

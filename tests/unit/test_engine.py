@@ -70,6 +70,15 @@ def test_few_documents_in_memory_give_the_same_verdicts_revisions_and_clusters(t
         assert not (tmp_path / f"state-{most}" / "run").exists()
         return out
 
+    for most in (None, 1):  # a run without a --state folder leaves nothing behind, spilled or not
+        env = {} if most is None else {"STREAM_DEDUP_ENGINE__DOCS_IN_MEMORY": str(most)}
+        e = Engine(load_settings(environ=env))
+        for ev in evs:
+            e.process(ev)
+        folder = e.state_dir
+        assert (folder / "run").exists() == (most is not None)
+        e.close()
+        assert not folder.exists()
     revised = 0
     for _ in range(6):
         shuffled = evs[:]
