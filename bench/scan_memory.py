@@ -26,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,8 +75,9 @@ def measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, 
     The peak is its ``VmHWM`` in /proc, read every 0.1 s until it exits (the mark only rises).
     Why not ``wait4``'s rusage: a child's ``ru_maxrss`` starts from its parent's RSS at the fork,
     so every system reported the benchmark's own peak, the corpus it loaded to build the input."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err_log = tempfile.TemporaryFile()  # not a pipe: a child that logs a lot (the peer warns of every
+    t0 = time.perf_counter()            # big bucket) would fill it and block, unread until it exits
+    p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err_log)
     status = Path(f"/proc/{p.pid}/status")
     peak_kb = 0
     while p.poll() is None:
@@ -86,9 +88,10 @@ def measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, 
             pass  # exiting: the last reading stands
         time.sleep(0.1)
     seconds = time.perf_counter() - t0
-    if p.returncode:
-        err = p.stderr.read().decode(errors="replace") if p.stderr else ""
-        raise RuntimeError(f"{cmd[:4]} failed ({p.returncode}): {err[-2000:]}")
+    with err_log:
+        if p.returncode:
+            err_log.seek(0)
+            raise RuntimeError(f"{cmd[:4]} failed ({p.returncode}): {err_log.read().decode(errors='replace')[-2000:]}")
     return seconds, peak_kb / 1024
 
 
