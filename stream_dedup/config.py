@@ -142,8 +142,8 @@ class EngineSettings(_Section):
                                 "each exact partition gets capacity / topics.partitions")] = 1_000_000
     bloom_fp_rate: Annotated[float, Meta(gt=0, lt=1, description="target false-positive rate of the decaying Bloom filter (the digest store confirms every hit)")] = 0.01
     docs_in_memory: Annotated[int, Meta(ge=1, description="scan and the Python API: documents whose verdict state "
-                              "and id check are kept as objects (about 0.8 KB each); older ones go to a RocksDB folder of "
-                              "the run's, so memory does not grow with the input (the workers keep theirs in tables)")] = 500_000
+                              "and id check are kept as objects (about 1 KB each); older ones go to a RocksDB folder of "
+                              "the run's, so memory does not grow with the input (the workers keep theirs in tables)")] = 100_000
 
 
 class WorkerSettings(_Section):

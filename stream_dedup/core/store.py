@@ -55,10 +55,10 @@ class KVStore(MutableMapping):
         # No write-ahead log. Why: it made a write cost 3.2 instead of 1.4 µs, and a news article
         # makes about 30 (its band buckets), so the log was about half of `scan`'s judge stage. It
         # buys nothing here: the decide state of an embedded run is the run's own (in memory, or
-        # spilled to a folder deleted at close), so a run that dies leaves a state folder that cannot
-        # be resumed with or without the log, and a clean
-        # ``close`` flushes the memtables (RocksDB does that when the log is off), so a kept
-        # ``--state`` folder is complete after a run. The workers' stores keep their log.
+        # spilled to a folder deleted at close), so a run that dies leaves a state folder that
+        # cannot be resumed with or without the log, and a clean ``close`` flushes the memtables
+        # (RocksDB does that when the log is off), so a kept ``--state`` folder is complete after
+        # a run. The workers' stores keep their log.
         unlogged = WriteOptions()
         unlogged.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; the stub says method
         self._db.set_write_options(unlogged)
@@ -243,14 +243,14 @@ class Keyed(MutableMapping):
 
 class Tiered(MutableMapping):
     """The ``hot_max`` most recently written values as objects in a dict; older ones in ``cold``, a
-    mapping that encodes them (``DocStates`` over a ``Buffered`` RocksDB folder), made by
+    mapping that encodes them (a ``Keyed`` view of a ``Buffered`` RocksDB folder), made by
     ``open_cold()`` at the first spill.
 
     Why (the embedded engine's per-document records): ``scan`` and the ``Deduper`` keep a state per
     document, for its final verdict, its revisions and its cluster, and its first content's digest
-    for the id check: with ``scan``'s list of ids, about 0.8 KB a document as Python objects. All in
+    for the id check: with ``scan``'s list of ids, about 1 KB a document as Python objects. All in
     dicts, the memory grew with the input without end: a scan of ten million documents needed some
-    8 GB. The workers keep theirs in Faust tables, on disk.
+    10 GB. The workers keep theirs in Faust tables, on disk.
 
     A write goes to the dict, at its newest end. When the dict holds more than ``hot_max``, its
     oldest quarter goes to ``cold`` at once. A read that misses the dict decodes from ``cold`` and

@@ -266,3 +266,35 @@ def test_decide_state_behind_a_write_back_re_emits_after_a_crash_before_the_flus
     pending2.flush()
     assert DocStates(table)["doc"].emitted is not None
     assert d2.apply(answer) is None  # a replay after the flush changes nothing
+
+
+def test_expire_walks_the_stores_only_when_an_entry_can_be_older_than_the_window(tmp_path, monkeypatch):
+    """``Engine.expire`` (every EXPIRE_EVERY documents in ``scan``): a copy beyond the window is not
+    matched once its original is swept; while the events span less than the window nothing is
+    walked; a kept --state folder is swept at its first expire (its oldest entries are unknown)."""
+    monkeypatch.setattr(Engine, "EXPIRE_EVERY", 2)
+    text = "全省外贸进出口总额同比增长百分之八点五，其中出口增长百分之十点二，进口增长百分之六点三，贸易结构持续优化。"
+    walks: list[int] = []
+    settings = load_settings(environ={"STREAM_DEDUP_ENGINE__WINDOW_MS": "1000"})
+
+    def counting(e: Engine) -> Engine:
+        sweep = e.index.index.sweep
+        monkeypatch.setattr(e.index.index, "sweep", lambda before: walks.append(before) or sweep(before))
+        return e
+
+    with counting(Engine(settings, tmp_path / "kept")) as e:
+        e.process({"id": "a", "text": text, "ts": 0})
+        e.process({"id": "b", "text": text + "（转载）", "ts": 500})  # 2 documents: an expire, within the window
+        assert walks == [] and e.verdict("b").duplicate_of == "a"
+        e.process({"id": "x", "text": "另一条无关的新闻，今天的天气晴朗。", "ts": 1400})
+        e.process({"id": "y", "text": "再一条无关的新闻，明天可能有雨。", "ts": 1600})  # cutoff 600: a and b go
+        assert walks == [600]
+        v = e.process({"id": "c", "text": text, "ts": 1700})
+        assert [x.verdict for x in v] == ["unique"]  # its original left the window
+        e.process({"id": "z", "text": "第三条无关的新闻，后天降温。", "ts": 1800})  # cutoff 800, floor 600
+        assert walks == [600, 800]
+    walks.clear()
+    with counting(Engine(settings, tmp_path / "kept")) as e:  # the stores from disk: their ages unknown
+        e.process({"id": "p", "text": "一条新的新闻，今天的会议讨论了预算。", "ts": 1900})
+        e.process({"id": "q", "text": "又一条新的新闻，会议通过了决议。", "ts": 1950})
+        assert walks == [950]
