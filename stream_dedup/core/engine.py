@@ -52,7 +52,7 @@ class Engine:
         # folder carries the exact and near stores to the next run, not these.
         self.run_kv: Buffered | None = None
         most = settings.engine.docs_in_memory
-        self.decide = DecideStage(Tiered(lambda: Keyed(self._run_store(), b"S", DocStates._encoded, DocStates._state),
+        self.decide = DecideStage(Tiered(lambda: Keyed(self._run_store(), b"S", DocStates.encode, DocStates.decode),
                                          most))
         self.digests: Tiered = Tiered(lambda: Keyed(self._run_store(), b"D"), most)
         self.watermark: int | None = None

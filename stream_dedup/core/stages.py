@@ -535,24 +535,27 @@ class DocStates(MutableMapping):
         self.data = data
 
     @staticmethod
-    def _state(raw: bytes) -> DocState:
+    def decode(raw: bytes) -> DocState:
+        """A stored state (``encode``'s bytes, or an earlier version's JSON)."""
         return _decode(raw, DocState.from_wire, DocState.from_json)
 
     def __getitem__(self, ident: str) -> DocState:
         raw = self.data.get(ident.encode("utf-8", "surrogatepass"))
         if raw is None:
             raise KeyError(ident)
-        return self._state(raw)
+        return self.decode(raw)
 
     def get(self, ident: str, default=None):  # type: ignore[override]
         raw = self.data.get(ident.encode("utf-8", "surrogatepass"))
-        return default if raw is None else self._state(raw)
+        return default if raw is None else self.decode(raw)
 
     def __setitem__(self, ident: str, st: DocState) -> None:
-        self.data[ident.encode("utf-8", "surrogatepass")] = self._encoded(st)
+        self.data[ident.encode("utf-8", "surrogatepass")] = self.encode(st)
 
     @staticmethod
-    def _encoded(st: DocState) -> bytes:
+    def encode(st: DocState) -> bytes:
+        """The bytes a state is stored as: the workers' table values, the embedded engine's spilled
+        states (``Engine``)."""
         return _encode(st.to_wire(), lambda: _dumps(st.to_json()))
 
     @property
@@ -563,7 +566,7 @@ class DocStates(MutableMapping):
             return None
 
         def write(scope: Any, items: list[tuple[str, DocState | None]]) -> None:
-            inner(scope, [(i.encode("utf-8", "surrogatepass"), None if st is None else self._encoded(st))
+            inner(scope, [(i.encode("utf-8", "surrogatepass"), None if st is None else self.encode(st))
                           for i, st in items])
         return write
 
