@@ -109,8 +109,8 @@ class Engine:
         A sweep walks both stores whole, so it runs only when an entry can be older than the cutoff
         (``_floor``, the oldest event time stored, says). Why: ``scan`` calls this every 50,000
         documents, and over a file whose events span less than the window (most files) every
-        walk dropped nothing, while the walks grew with the stores: at 900,000 SMS they were most
-        of the run's time and the peak of its memory."""
+        walk dropped nothing, while it listed both stores whole: at 300,000 SMS the walks added
+        about 100 MB to the peak RSS and about a sixth to the time."""
         if self.watermark is None:
             return 0
         cutoff = self.watermark - self.window
