@@ -54,7 +54,7 @@ from .dead_letters import dead_letter_record
 from .gaps import GapFiller, Msg, confluent_committed, confluent_fetch
 from .quarantine import (FILE_NAME, REASON, FailureJournal, counts_as_poison, dead_letter, item_ids,
                          quarantine_detail, split_items)
-from . import delivery, drain, heap, rocks
+from . import commits, delivery, drain, heap, rocks
 from .metrics import Metrics
 from .watchdog import EXIT_FAILED, EXIT_STALLED, ChangelogIdleFilter, StallDetector, nudge_target
 
@@ -82,6 +82,8 @@ class ConsumerInternals(Protocol):
 
     _read_offset: MutableMapping[TP, int | None]
     _committed_offset: MutableMapping[TP, int | None]
+    _acked: MutableMapping[TP, list[int]]
+    _gap: MutableMapping[TP, Any]  # intervaltree.IntervalTree
     _paused_partitions: set[TP]
     _buffered_partitions: set[TP]
     flow_active: bool
@@ -150,6 +152,7 @@ def _fetch_wait_from_settings() -> None:
 _fetch_wait_from_settings()
 delivery.install()  # a commit waits for the deliveries of what it commits, and stops after a failure
 drain.install()  # the fetcher hands messages to the streams without four tasks each (stream/drain.py)
+commits.install()  # a commit never passes an offset that was not processed (stream/commits.py)
 
 
 class _Under:
@@ -560,6 +563,8 @@ def build_app(settings: Settings) -> faust.App:
             out.setdefault((probes, pr.partition), []).append(pr.to_bytes())
 
     busy: set[str] = set()  # stream topics whose agent has a batch in hand
+    in_hand: dict[tuple[str, int], int] = {}  # (topic, partition) -> lowest offset of a batch in hand
+    holes = commits.HoleWatch()
     batch_done: dict[str, float] = {}  # stream topic -> when its agent last finished a batch
 
     if gaps is not None:
@@ -581,6 +586,43 @@ def build_app(settings: Settings) -> faust.App:
                             "again", topic, part, offset)
                 counts["gap.tail_rereads"] += 1
                 await consumer.seek(TP(topic, part), offset)
+
+    if gaps is not None:
+        @app.timer(interval=2.0)
+        async def read_commit_holes() -> None:
+            """Read a partition again from an offset that holds its commit back because no agent ever
+            processed it (``commits.HoleWatch``): a message the stream skipped unseen."""
+            if app.rebalancing or stopping:
+                holes.reset()
+                return
+            assert gaps is not None
+            consumer = internals(app.consumer)
+            found = {(tp.topic, tp.partition): commits.head_hole(
+                         consumer._committed_offset.get(tp) or 0, consumer._acked.get(tp) or (),
+                         [(iv.begin, iv.end) for iv in consumer._gap.get(tp) or ()])
+                     for tp in consumer.assignment() if tp.topic in stream_topics}
+            for (topic, part), first, end in holes.check(found, in_hand):
+                tp = TP(topic, part)
+                if end - first > gaps.tracker.max_fill:
+                    log.warning("%s[%d]: offsets %d..%d hold the commit back; too many to read again here",
+                                topic, part, first, end - 1)
+                    continue
+                try:
+                    msgs = await gaps.read(topic, part, first, end)
+                except Exception as e:  # noqa: BLE001 - the hole stays, and is looked at again later
+                    log.warning("%s[%d]: offsets %d..%d hold the commit back and could not be read: %r",
+                                topic, part, first, end - 1, e)
+                    continue
+                present = sorted(m.offset for m in msgs)
+                for lo, hi in commits.runs(sorted(set(range(first, end)) - set(present))):
+                    commits.mark_processed(consumer, tp, lo, hi)  # no record there: a transaction marker
+                if present:
+                    log.warning("%s[%d]: offsets %d..%d hold the commit back: never processed here (%d "
+                                "record(s)); reading the partition again from %d", topic, part, first, end - 1,
+                                len(present), present[0])
+                    counts["commit.hole_rereads"] += 1
+                    metrics.holes.labels(topic).inc()
+                    await consumer.seek(tp, present[0])
 
     async def batches(stream: StreamT) -> AsyncIterator[list[tuple[EventT, Message | Msg]]]:
         """The stream in batches of (event, message), each message preceded by any the stream skipped.
@@ -606,7 +648,12 @@ def build_app(settings: Settings) -> faust.App:
             except Exception as e:  # noqa: BLE001 - the gap filler gave up (see gaps._retried)
                 failed(f"{topic} gap filling", [(ev, ev.message) for ev in events], e)
                 return
+            for _, m in out:
+                key = (m.topic, m.partition)
+                in_hand[key] = min(in_hand.get(key, m.offset), m.offset)
             yield out
+            for _, m in out:
+                in_hand.pop((m.topic, m.partition), None)
             busy.discard(topic)  # the agent's body is done with the batch
             batch_done[topic] = time.monotonic()
 
@@ -621,16 +668,14 @@ def build_app(settings: Settings) -> faust.App:
     async def skipped_offsets_done(topic: str, partition: int, first: int, last: int) -> None:
         """Let the commit move past offsets the stream skipped and the gap filler processed.
 
-        Faust commits a partition up to its first offset that no event acked; skipped messages
-        never pass through its stream, so without this the partition's committed offset stays
-        before the gap for good (seen in the slow-consumer test: three probes partitions stuck at
-        offset 1 while everything was processed; a restart would replay them all). Its consumer's
-        own remedy for offsets with no message (``_add_gap``, used for transaction markers) marks
-        the range; the range joins the acked offsets only once a later offset is acked, that is
-        after the batch that processes the skipped messages is done."""
-        add_gap = getattr(app.consumer, "_add_gap", None)
-        if add_gap is not None:  # private API of faust-streaming (0.11-0.15, as pinned)
-            await add_gap(TP(topic, partition), first, last)
+        A commit passes only offsets that an event acked (``commits.strict_new_offset``); skipped
+        messages never pass through the stream, so without this the partition's committed offset
+        stays before the gap for good (seen in the slow-consumer test: three probes partitions
+        stuck at offset 1 while everything was processed; a restart would replay them all). The
+        range is marked in Faust's consumer as its own remedy for offsets with no message (``_gap``,
+        used for transaction markers) marks it; it joins the acked offsets only once a later offset
+        is acked, that is after the batch that processes the skipped messages is done."""
+        commits.mark_processed(app.consumer, TP(topic, partition), first, last)
 
     def under(event) -> _Under:
         """``with under(event):`` makes ``event`` Faust's current event: a table write goes to the

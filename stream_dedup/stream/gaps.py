@@ -165,6 +165,12 @@ class GapFiller:
         self.committed_wait_s = committed_wait_s
         self.fetch_wait_s = fetch_wait_s
 
+    async def read(self, topic: str, partition: int, first: int, end: int) -> list[Msg]:
+        """The messages of offsets first..end - 1, the fetch retried (see the class's docstring)."""
+        msgs = await _retried(self.fetch_wait_s, f"offsets {first}..{end - 1} of {topic}[{partition}]",
+                              self.fetch, topic, partition, first, end)
+        return [m for m in msgs if first <= m.offset < end]
+
     async def missing(self, topic: str, partition: int, offset: int, start: int | None = None) -> list[Msg]:
         """``start``: the committed offset the consumer began the partition at, if the caller knows it;
         for the first message after an assignment without one, ``committed`` asks the broker."""
@@ -179,9 +185,7 @@ class GapFiller:
         if rng is None:
             return []
         first, end = rng
-        msgs = await _retried(self.fetch_wait_s, f"skipped offsets {first}..{end - 1} of {topic}[{partition}]",
-                              self.fetch, topic, partition, first, end)
-        msgs = [m for m in msgs if first <= m.offset < end]
+        msgs = await self.read(topic, partition, first, end)
         log.warning("%s[%d]: the stream skipped offsets %d..%d; re-read %d message(s) and processed them",
                     topic, partition, first, end - 1, len(msgs))
         if self.on_fill is not None:
@@ -246,7 +250,14 @@ def confluent_committed(client_config: dict, group: str) -> Callable[[str, int],
 
 
 def _read_range(c: Any, topic: str, partition: int, first: int, end: int) -> list[Msg]:
-    """The messages of offsets first..end - 1 from an assigned consumer, up to the partition's end."""
+    """The messages of offsets first..end - 1 from an assigned consumer.
+
+    Only what the broker says of this partition counts: a message or end-of-partition event of
+    another one (the shared consumer's last range, should one still be queued) is passed over. An
+    end of the partition before ``end`` is an error, never a short range: the stream has already
+    seen offset ``end``, so the broker holds every offset before it (a hole in the middle, which
+    the range may have, is a transaction marker or an aborted record, which no consumer sees), and
+    the caller takes what comes back as the whole range and lets the commit pass it."""
     out: list[Msg] = []
     misses = 0
     while misses < 20:
@@ -254,10 +265,18 @@ def _read_range(c: Any, topic: str, partition: int, first: int, end: int) -> lis
         if m is None:
             misses += 1
             continue
-        if m.error():
-            if m.error().code() == -191:  # _PARTITION_EOF
-                return out
+        if m.topic() != topic or m.partition() != partition:  # a client error, or another partition's
             misses += 1
+            continue
+        if m.error():
+            if m.error().code() == -191:  # _PARTITION_EOF: its offset is the partition's end
+                if m.offset() >= end:
+                    return out
+                raise RuntimeError(f"{topic}[{partition}] offsets {first}..{end - 1}: the broker says the "
+                                   f"partition ends at {m.offset()} (read {len(out)} message(s))")
+            misses += 1
+            continue
+        if m.offset() < first:
             continue
         if m.offset() >= end:
             return out

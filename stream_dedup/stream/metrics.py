@@ -112,6 +112,8 @@ class Metrics:
         self.clusters = Counter("stream_dedup_cluster_updates", "cluster records published", registry=r)
         self.gaps = Counter("stream_dedup_gap_refetched", "messages the stream skipped and the worker re-read",
                             ["topic"], registry=r)
+        self.holes = Counter("stream_dedup_commit_hole_rereads", "partitions read again from an offset that held "
+                             "the commit back, never processed (stream/commits.py)", ["topic"], registry=r)
         self.stage_seconds = BatchedHistogram("stream_dedup_stage_seconds", "processing time of one message per stage",
                                               ("stage",), buckets=_LATENCY_BUCKETS, registry=r)
         self.batch_messages = BatchedHistogram("stream_dedup_batch_messages", "messages in one agent batch per stage "

@@ -170,20 +170,51 @@ def produce_events(settings: Settings, events: list, extra_raw: list[bytes] = ()
     """Send at ``rate`` events/s (or at once); ``now_ts``: stamp each event with the wall clock as it goes
     (a live stream, whose event-time window moves with the clock)."""
     p = producer(settings)
+    failed: list[str] = []  # a delivery the broker refused: flush() does not count it
+
+    def delivered(err, msg) -> None:
+        if err is not None:
+            failed.append(f"{msg.key()!r}: {err}")
+
     t0 = time.monotonic()
     for i, e in enumerate(events):
         if now_ts and not isinstance(e, bytes):
             e["ts"] = int(time.time() * 1000)
         raw = e if isinstance(e, bytes) else json.dumps(e, ensure_ascii=False).encode()
         key = None if isinstance(e, bytes) else str(e["id"]).encode()
-        send(p, settings.topics.pages, raw, key)
+        send(p, settings.topics.pages, raw, key, on_delivery=delivered)
         if rate:
             ahead = (i + 1) / rate - (time.monotonic() - t0)
             if ahead > 0:
                 time.sleep(ahead)
     for raw in extra_raw:  # keyed as `stream-dedup produce` keys them: by id, where there is one
-        send(p, settings.topics.pages, raw, event_key(raw))
+        send(p, settings.topics.pages, raw, event_key(raw), on_delivery=delivered)
     assert p.flush(60) == 0
+    assert not failed, f"{len(failed)} events were not delivered to the pages topic, e.g. {failed[:5]}"
+
+
+class Producing(threading.Thread):
+    """``produce_events`` in the background; ``finish`` joins it and raises what it raised (a plain
+    thread's exception is only printed, so an event the producer lost looked like one the workers
+    lost)."""
+
+    def __init__(self, settings: Settings, events: list, **kw) -> None:
+        super().__init__(daemon=True)
+        self.args_ = (settings, events)
+        self.kw = kw
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            produce_events(*self.args_, **self.kw)
+        except BaseException as e:  # noqa: BLE001 - handed to finish()
+            self.error = e
+
+    def finish(self, timeout: float) -> None:
+        self.join(timeout)
+        assert not self.is_alive(), f"the producer has not finished in {timeout} s"
+        if self.error is not None:
+            raise AssertionError(f"the producer failed: {self.error!r}") from self.error
 
 
 def read_all(settings: Settings, topic: str, until: callable, timeout: float, idle: float = 1e9) -> list[dict]:
@@ -214,6 +245,32 @@ def read_all(settings: Settings, topic: str, until: callable, timeout: float, id
     finally:
         c.close()
     return msgs
+
+
+def whereabouts(settings: Settings, ids: set[str], limit: int = 20) -> str:
+    """Where events without a verdict sit on the pages topic (partition@offset), and which worker
+    log lines name those offsets: what a lost verdict needs to be traced (a gap re-read, a
+    rebalance), which the count alone never said."""
+    c = consumer(settings, f"whereabouts-{time.time_ns()}")
+    c.subscribe([settings.topics.pages])
+    found: dict[str, tuple[int, int]] = {}
+    last = time.time()
+    try:
+        while time.time() - last < 5 and len(found) < len(ids):
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            last = time.time()
+            try:
+                i = str(json.loads(m.value())["id"])
+            except Exception:  # noqa: BLE001 - the bad events of the stream
+                continue
+            if i in ids:
+                found[i] = (m.partition(), m.offset())
+    finally:
+        c.close()
+    return "; ".join(f"{i} at pages[{found[i][0]}]@{found[i][1]}" if i in found else f"{i} not on the pages topic"
+                     for i in sorted(ids)[:limit])
 
 
 def partition_counts(settings: Settings) -> dict[str, int]:

@@ -22,7 +22,7 @@ import pytest
 from stream_dedup.topics import apply
 
 from ..conftest import shared_data
-from .pipeline import REPO, Workers, key_of, labelled_stream, latest, produce_events, read_all
+from .pipeline import REPO, Producing, Workers, key_of, labelled_stream, latest, produce_events, read_all
 from .test_pipeline import BAD, check, scan_verdicts
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -135,8 +135,6 @@ def test_slow_index_stage_under_sustained_load_builds_lag_then_catches_up(kafka_
     """A slow consumer: the index stage sleeps per probe (``worker.inject_delay``) for the first
     ``slow_for`` seconds while events arrive at a steady rate. Lag on the probes topic must grow,
     nothing may be lost, and once the delay ends the workers catch up (lag back to 0)."""
-    import threading
-
     from stream_dedup.status import group_status
 
     settings = kafka_settings
@@ -149,15 +147,14 @@ def test_slow_index_stage_under_sustained_load_builds_lag_then_catches_up(kafka_
         t_start = time.time()
         for i in range(2):
             workers.start(f"w{i}", STREAM_DEDUP_WORKER__INJECT_DELAY=f"index:0.03:{slow_for}")
-        producer = threading.Thread(target=produce_events, args=(settings, events),
-                                    kwargs={"extra_raw": BAD, "rate": rate}, daemon=True)
+        producer = Producing(settings, events, extra_raw=BAD, rate=rate)
         producer.start()
         while time.time() - t_start < slow_for + 10 or producer.is_alive():
             st = group_status(settings)
             lag = sum(r["lag"] for r in st["partitions"] if r["topic"].endswith(".probes"))
             samples.append((time.time() - t_start, lag))
             time.sleep(5)
-        producer.join(timeout=600)
+        producer.finish(timeout=600)
         got_msgs = read_all(settings, settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(events),
                             timeout=900)
         # from the end of the delay until the probes lag is back under one second of input (while

@@ -15,7 +15,7 @@ from stream_dedup.kafka_io import consumer
 from stream_dedup.topics import apply
 
 from ..conftest import shared_data
-from .pipeline import Workers, key_of, labelled_stream, latest, produce_events, read_all
+from .pipeline import Workers, key_of, labelled_stream, latest, produce_events, read_all, whereabouts
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -94,6 +94,9 @@ def check(settings, events, got, dlq, workers, extra: list[bytes] = BAD):
     # a replay after a crash may dead-letter an event twice: one record per source offset counts
     dlq = list({(d["topic"], d["partition"], d["offset"]): d for d in dlq}.values())
     expected = scan_verdicts(settings, events)
+    lost = {e["id"] for e in events} - set(got)
+    assert not lost, (f"{len(lost)} events have no verdict: {whereabouts(settings, lost)}\n{workers.notable()}\n"
+                      f"{workers.logs(tail=3)}")
     assert len(got) + len(dlq) == len(events) + len(extra), workers.logs()
     assert set(got) == {e["id"] for e in events}
     diverged = {i: (key_of(got[i]), expected[i]) for i in expected if key_of(got[i]) != expected[i]}

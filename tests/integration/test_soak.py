@@ -15,7 +15,6 @@ The samples go to ``test-artifacts/soak.md``.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from stream_dedup.status import group_status
 from stream_dedup.topics import apply
 
 from ..conftest import shared_data
-from .pipeline import REPO, Workers, labelled_stream, latest, produce_events, read_all
+from .pipeline import REPO, Producing, Workers, labelled_stream, latest, read_all
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.soak]
 DURATION = float(os.environ.get("STREAM_DEDUP_TEST_SOAK_S", "600"))
@@ -73,8 +72,7 @@ def test_steady_rate_for_ten_minutes_keeps_memory_disk_and_pending_flat(kafka_se
     try:
         for i in range(2):
             workers.start(f"w{i}", **env)
-        producer = threading.Thread(target=produce_events, args=(settings, events),
-                                    kwargs={"rate": RATE, "now_ts": True}, daemon=True)
+        producer = Producing(settings, events, rate=RATE, now_ts=True)
         t0 = time.time()
         producer.start()
         while producer.is_alive() and time.time() - t0 < DURATION + 300:
@@ -91,8 +89,7 @@ def test_steady_rate_for_ten_minutes_keeps_memory_disk_and_pending_flat(kafka_se
                          "pending": sum(r["counts"].get("pending", 0) for r in reports
                                         if time.time() - r["at"] < 30),
                          "lag": st["total_lag"]})
-        producer.join(timeout=60)
-        assert not producer.is_alive(), "the producer could not keep the rate"
+        producer.finish(timeout=60)  # else it could not keep the rate
         got = latest(read_all(settings, settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= n,
                               timeout=600))
         dlq = read_all(settings, settings.topics.dlq, until=lambda ms: False, timeout=20, idle=5)

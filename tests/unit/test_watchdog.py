@@ -131,41 +131,6 @@ def test_gap_filler_asks_for_the_committed_offset_only_when_a_partition_starts_w
     assert asked == [("pages", 0), ("pages", 1)] and fetched == [(1, 0, 3)]
 
 
-def test_faust_commits_past_a_gap_the_filler_marked_once_later_offsets_are_acked():
-    """The worker tells Faust's consumer about offsets the stream skipped (``_add_gap``, private in
-    faust-streaming). Faust commits only up to its first offset no event acked: without the gap the
-    partition's commit stays before the skipped offsets for good; with it, the commit moves past
-    them, but only once a later offset is acked (after the batch that re-processed them)."""
-    import asyncio
-    from collections import defaultdict
-    from types import SimpleNamespace
-
-    from faust.transport.consumer import Consumer
-    from faust.types import TP
-    from intervaltree import IntervalTree
-
-    tp = TP("probes", 3)
-
-    def consumer(committed: int):
-        return SimpleNamespace(_acked=defaultdict(list), _acked_index=defaultdict(set), _gap=defaultdict(IntervalTree),
-                               _committed_offset=defaultdict(lambda: None, {tp: committed}))
-
-    def ack(c, *offsets):
-        for o in offsets:
-            c._acked[tp].append(o)
-            c._acked_index[tp].add(o)
-
-    stuck = consumer(committed=2)  # offsets 2..5 skipped by the stream, 6.. processed
-    ack(stuck, 6, 7, 8)
-    assert Consumer._new_offset(stuck, tp) is None  # never moves: the bug the gap marking fixes
-
-    fixed = consumer(committed=2)
-    asyncio.run(Consumer._add_gap(fixed, tp, 2, 5))
-    assert Consumer._new_offset(fixed, tp) is None  # nothing acked after the gap yet: no commit
-    ack(fixed, 6, 7, 8)
-    assert Consumer._new_offset(fixed, tp) == 9
-
-
 def test_a_held_batch_is_not_acked_when_faust_acks_its_buffer():
     """Faust's ``take_events`` acks every buffered event in a ``finally``, also when the agent
     stops in the middle of the batch; the consumer's last commit would then commit a batch whose
@@ -432,3 +397,69 @@ def test_a_re_read_with_no_answer_from_the_broker_is_an_error_not_an_empty_range
     fetch = confluent_fetch({"bootstrap.servers": f"127.0.0.1:{free_port()}", "log_level": 0})
     with pytest.raises(TimeoutError, match=r"t\[0\] offsets 4..7: no answer"):
         fetch("t", 0, 4, 8)
+
+
+class _FakeMessage:
+    """What confluent-kafka's Message gives ``_read_range``: a record, or an error event."""
+
+    def __init__(self, topic, partition, offset, code=None):
+        self._t, self._p, self._o, self._code = topic, partition, offset, code
+
+    def topic(self):
+        return self._t
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+    def error(self):
+        if self._code is None:
+            return None
+        code = self._code
+
+        class E:
+            def code(self):
+                return code
+
+        return E()
+
+    def key(self):
+        return None
+
+    def value(self):
+        return f"{self._t}[{self._p}]@{self._o}".encode()
+
+    def timestamp(self):
+        return (1, 1_700_000_000_000)
+
+
+class _FakeConsumer:
+    def __init__(self, events):
+        self.events = list(events)
+
+    def poll(self, timeout):
+        return self.events.pop(0) if self.events else None
+
+
+def test_a_re_read_takes_only_its_partitions_messages_and_never_ends_short():
+    """The gap filler's read of a skipped range (``gaps._read_range``) over its shared consumer:
+    another partition's message or end event (a range read before, still queued) is passed over,
+    not taken as this range's; a hole (a transaction marker) is allowed; an end of the partition
+    before the range's end is an error, since the caller takes what comes back as the whole range
+    and lets the commit pass it."""
+    import pytest
+
+    from stream_dedup.stream.gaps import _read_range
+
+    EOF = -191
+    other = [_FakeMessage("t", 1, 5), _FakeMessage("t", 1, 6, EOF), _FakeMessage("u", 0, 6)]
+    mine = [_FakeMessage("t", 0, 3), _FakeMessage("t", 0, 4), _FakeMessage("t", 0, 6), _FakeMessage("t", 0, 7)]
+    got = _read_range(_FakeConsumer(other + mine), "t", 0, 4, 8)
+    assert [(m.topic, m.partition, m.offset) for m in got] == [("t", 0, 4), ("t", 0, 6), ("t", 0, 7)]
+    # the partition's end at or past the range's end: what was read is the range
+    assert [m.offset for m in _read_range(_FakeConsumer(mine[:3] + [_FakeMessage("t", 0, 8, EOF)]), "t", 0, 4, 8)] \
+        == [4, 6]
+    with pytest.raises(RuntimeError, match=r"t\[0\] offsets 4..7: the broker says the partition ends at 5"):
+        _read_range(_FakeConsumer([mine[1], _FakeMessage("t", 0, 5, EOF), mine[2], mine[3]]), "t", 0, 4, 8)

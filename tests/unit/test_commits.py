@@ -1,0 +1,106 @@
+"""Commits that never pass an unprocessed offset (``stream/commits.py``), on Faust's consumer
+bookkeeping (its private ``_acked``, ``_gap`` and ``_committed_offset``, as faust-streaming 0.15 keeps them)."""
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from types import SimpleNamespace
+
+from faust.transport.consumer import Consumer
+from faust.types import TP
+from intervaltree import IntervalTree
+
+from stream_dedup.stream.commits import HoleWatch, head_hole, mark_processed, runs, strict_new_offset
+
+TP3 = TP("probes", 3)
+FAUST = getattr(Consumer._new_offset, "original", Consumer._new_offset)  # Faust's own rule
+STRICT = strict_new_offset(FAUST)
+
+
+def consumer(committed: int | None, in_transaction: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(_acked=defaultdict(list), _acked_index=defaultdict(set), _gap=defaultdict(IntervalTree),
+                           _committed_offset=defaultdict(lambda: None, {TP3: committed}),
+                           in_transaction=in_transaction)
+
+
+def ack(c: SimpleNamespace, *offsets: int) -> None:
+    for o in offsets:
+        c._acked[TP3].append(o)
+        c._acked_index[TP3].add(o)
+
+
+def test_faust_commits_past_offsets_no_event_acked_and_the_strict_rule_does_not():
+    """The loss: with nothing committed yet (kept as None), Faust commits the first run of acked
+    offsets wherever it begins; later, one missing offset at the committed position passes too."""
+    for committed, skipped, processed in [(None, range(0, 4), (4, 5)), (10, range(10, 11), (11, 12))]:
+        faust, strict = consumer(committed), consumer(committed)
+        ack(faust, *processed)
+        ack(strict, *processed)
+        assert FAUST(faust, TP3) == processed[-1] + 1, "Faust's rule changed: review stream/commits.py"
+        assert STRICT(strict, TP3) is None, f"committed past {list(skipped)}"
+        # once the skipped offsets are processed (re-read and acked), the commit moves past all of them
+        ack(strict, *skipped)
+        assert STRICT(strict, TP3) == processed[-1] + 1
+
+
+def test_offsets_the_gap_filler_processed_let_the_commit_pass_once_a_later_offset_is_acked():
+    """Offsets the gap filler re-read and processed are marked (``mark_processed``), the committed
+    position itself included, which Faust's own ``_add_gap`` leaves out (it starts at committed + 1)."""
+    via_faust = consumer(committed=2)
+    asyncio.run(Consumer._add_gap(via_faust, TP3, 2, 5))
+    ack(via_faust, 6, 7, 8)
+    assert STRICT(via_faust, TP3) is None  # offset 2 was never marked
+
+    c = consumer(committed=2)
+    mark_processed(c, TP3, 2, 5)
+    assert STRICT(c, TP3) is None  # nothing acked after the gap yet: no commit
+    ack(c, 6, 7, 8)
+    assert STRICT(c, TP3) == 9
+    assert not c._acked[TP3] and not c._acked_index[TP3] and not c._gap[TP3]
+
+
+def test_the_strict_rule_drops_acks_below_the_committed_offset_and_keeps_what_follows_a_hole():
+    c = consumer(committed=20)
+    ack(c, 12, 13, 20, 21, 21, 22, 25, 26)  # 12-13: acked after another owner committed 20
+    assert STRICT(c, TP3) == 23
+    assert c._acked[TP3] == [25, 26] and c._acked_index[TP3] == {25, 26}
+    c._committed_offset[TP3] = 23
+    assert STRICT(c, TP3) is None  # 23-24 never processed
+    ack(c, 23, 24)
+    assert STRICT(c, TP3) == 27
+
+
+def test_under_a_transaction_faust_keeps_its_own_rule():
+    """Exactly once: transaction markers occupy offsets no event acks."""
+    c = consumer(committed=10, in_transaction=True)
+    ack(c, 11, 12)
+    assert STRICT(c, TP3) == 13
+
+
+def test_head_hole_is_what_holds_the_commit_back():
+    assert head_hole(10, [], []) is None
+    assert head_hole(10, [3, 4], []) is None  # only below the committed offset
+    assert head_hole(10, [10, 11, 15], []) is None
+    assert head_hole(10, [15, 16], []) == (10, 15)
+    assert head_hole(10, [15, 16], [(10, 12)]) == (12, 15)
+    assert head_hole(10, [15, 16], [(8, 11), (11, 15)]) is None
+    assert runs([3, 4, 5, 8, 10, 11]) == [(3, 5), (8, 8), (10, 11)]
+
+
+def test_hole_watch_asks_for_a_re_read_only_of_a_hole_that_lasts_and_is_not_in_hand():
+    w = HoleWatch(checks=3, retry_after=2)
+    key = ("probes", 3)
+    assert w.check({key: (10, 15)}, {}) == []
+    assert w.check({key: (10, 15)}, {}) == []
+    assert w.check({key: (10, 15)}, {}) == [(key, 10, 15)]
+    assert w.check({key: (10, 15)}, {}) == []  # a re-read on its way
+    assert w.check({key: (10, 15)}, {}) == [(key, 10, 15)]  # still there: ask again
+    w.reset()
+    # a batch in hand that holds offsets of the hole: they are being processed
+    for _ in range(5):
+        assert w.check({key: (10, 15)}, {key: 12}) == []
+    # a changed hole (the commit moved on) starts its count again; a closed one is forgotten
+    assert w.check({key: (10, 15)}, {key: 30}) == []
+    assert w.check({key: (11, 15)}, {}) == []
+    assert w.check({key: None}, {}) == []
+    assert w.seen == {}
