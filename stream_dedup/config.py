@@ -179,6 +179,9 @@ class WorkerSettings(_Section):
                                   "0: restart for as long as it fails")] = 3
     inject_poison: Annotated[str, Meta(pattern=r"^$|^(prepare|index|decide):.+$", description="fault injection for "
                                "tests: 'stage:id' raises in that stage whenever it works on the document id (a poison message)")] = ""
+    inject_skip: Annotated[str, Meta(pattern=r"^$|^(prepare|index|decide):[1-9][0-9]*$", description="fault injection "
+                             "for tests: 'stage:n' drops the n-th message that stage's stream brings, unprocessed, "
+                             "unacked and unseen by the gap tracking (a skip the gap filler misses)")] = ""
     inject_stall: Annotated[bool, Meta(description="fault injection for tests: after its first batch of page events "
                                "the worker leaves its pages partitions out of Faust's fetch set (a stalled partition)")] = False
     batch_within_s: Annotated[float, Meta(gt=0, le=10, description="longest an agent waits to fill a batch (adds up to "

@@ -309,6 +309,8 @@ def build_app(settings: Settings) -> faust.App:
                 raise RuntimeError(f"injected failure in the {stage} stage's batch {fail_at}")
 
     poison_stage, _, poison_id = w.inject_poison.partition(":")
+    skip_stage, _, skip_at = w.inject_skip.partition(":")
+    skip_topic = {"prepare": pages, "index": probes, "decide": answers}[skip_stage].get_topic_name() if skip_stage else ""
 
     def injected_poison(stage: str, doc_id: str) -> None:
         """``worker.inject_poison``: a stage that raises whenever it works on one document, in every
@@ -637,6 +639,8 @@ def build_app(settings: Settings) -> faust.App:
             try:
                 for ev in events:
                     msg = ev.message
+                    if msg.topic == skip_topic and injected_skip(msg):
+                        continue
                     if gaps is not None:
                         missed = await gaps.missing(msg.topic, msg.partition, msg.offset,
                                                     start=committed_offset(msg.topic, msg.partition))
@@ -656,6 +660,19 @@ def build_app(settings: Settings) -> faust.App:
                 in_hand.pop((m.topic, m.partition), None)
             busy.discard(topic)  # the agent's body is done with the batch
             batch_done[topic] = time.monotonic()
+
+    def injected_skip(msg: Message) -> bool:
+        """``worker.inject_skip``: whether to drop this message as a skip the gap filler misses: not
+        processed, not acked (as ``hold`` does), and the gap tracking told it was seen; off by default."""
+        stage_batches["skip"] += 1
+        if stage_batches["skip"] != int(skip_at):
+            return False
+        counts["injected_skips"] += 1
+        msg.acked = True
+        if gaps is not None:
+            gaps.tracker.last[(msg.topic, msg.partition)] = msg.offset
+        log.info("injected skip: %s[%d]@%d dropped unseen", msg.topic, msg.partition, msg.offset)
+        return True
 
     def committed_offset(topic: str, partition: int) -> int | None:
         """Where this worker's consumer began the partition: its committed offset at assignment.
