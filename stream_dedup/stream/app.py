@@ -689,9 +689,9 @@ def build_app(settings: Settings) -> faust.App:
         messages never pass through the stream, so without this the partition's committed offset
         stays before the gap for good (seen in the slow-consumer test: three probes partitions
         stuck at offset 1 while everything was processed; a restart would replay them all). The
-        range is marked in Faust's consumer as its own remedy for offsets with no message (``_gap``,
-        used for transaction markers) marks it; it joins the acked offsets only once a later offset
-        is acked, that is after the batch that processes the skipped messages is done."""
+        range goes into the consumer's gaps (``_gap``, where Faust puts offsets with no message,
+        such as transaction markers); it joins the acked offsets only once a later offset is acked,
+        that is after the batch that processes the skipped messages is done."""
         commits.mark_processed(app.consumer, TP(topic, partition), first, last)
 
     def under(event) -> _Under:
