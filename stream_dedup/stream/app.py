@@ -589,7 +589,6 @@ def build_app(settings: Settings) -> faust.App:
                 counts["gap.tail_rereads"] += 1
                 await consumer.seek(TP(topic, part), offset)
 
-    if gaps is not None:
         @app.timer(interval=2.0)
         async def read_commit_holes() -> None:
             """Read a partition again from an offset that holds its commit back because no agent ever
@@ -645,8 +644,8 @@ def build_app(settings: Settings) -> faust.App:
                         missed = await gaps.missing(msg.topic, msg.partition, msg.offset,
                                                     start=committed_offset(msg.topic, msg.partition))
                         if missed:
-                            await skipped_offsets_done(msg.topic, msg.partition, min(m.offset for m in missed),
-                                                       msg.offset - 1)
+                            skipped_offsets_done(msg.topic, msg.partition, min(m.offset for m in missed),
+                                                 msg.offset - 1)
                         out.extend((ev, m) for m in missed)
                     out.append((ev, msg))
             except Exception as e:  # noqa: BLE001 - the gap filler gave up (see gaps._retried)
@@ -682,7 +681,7 @@ def build_app(settings: Settings) -> faust.App:
         messages can come before the value: None then, and the gap filler asks the broker."""
         return getattr(app.consumer, "_committed_offset", {}).get(TP(topic, partition))
 
-    async def skipped_offsets_done(topic: str, partition: int, first: int, last: int) -> None:
+    def skipped_offsets_done(topic: str, partition: int, first: int, last: int) -> None:
         """Let the commit move past offsets the stream skipped and the gap filler processed.
 
         A commit passes only offsets that an event acked (``commits.strict_new_offset``); skipped

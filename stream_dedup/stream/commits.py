@@ -23,6 +23,7 @@ import bisect
 from typing import Any, Callable, Iterable, Optional
 
 from faust.types import TP
+from faust.utils.functional import consecutive_numbers
 
 
 def head_hole(base: int, acked: Iterable[int], gaps: Iterable[tuple[int, int]]) -> tuple[int, int] | None:
@@ -42,13 +43,7 @@ def head_hole(base: int, acked: Iterable[int], gaps: Iterable[tuple[int, int]]) 
 
 def runs(offsets: list[int]) -> list[tuple[int, int]]:
     """Sorted offsets as (first, last) runs of consecutive ones."""
-    out: list[tuple[int, int]] = []
-    for o in offsets:
-        if out and o == out[-1][1] + 1:
-            out[-1] = (out[-1][0], o)
-        else:
-            out.append((o, o))
-    return out
+    return [(run[0], run[-1]) for run in consecutive_numbers(offsets)]
 
 
 def strict_new_offset(original: Callable[[Any, TP], Optional[int]]) -> Callable[[Any, TP], Optional[int]]:
@@ -77,11 +72,8 @@ def strict_new_offset(original: Callable[[Any, TP], Optional[int]]) -> Callable[
             del acked[:below]
         if not acked or acked[0] != base:
             return None  # the offset at ``base`` was never processed: no commit past it
-        end = 1
-        while end < len(acked) and acked[end] == acked[end - 1] + 1:
-            end += 1
-        run = acked[:end]
-        del acked[:end]
+        run = next(consecutive_numbers(acked))  # as Faust: the first run of consecutive offsets
+        del acked[:len(run)]
         self._acked_index[tp].difference_update(run)
         return run[-1] + 1
 

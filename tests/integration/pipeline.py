@@ -248,9 +248,9 @@ def read_all(settings: Settings, topic: str, until: callable, timeout: float, id
 
 
 def whereabouts(settings: Settings, ids: set[str], limit: int = 20) -> str:
-    """Where events without a verdict sit on the pages topic (partition@offset), and which worker
-    log lines name those offsets: what a lost verdict needs to be traced (a gap re-read, a
-    rebalance), which the count alone never said."""
+    """Where events without a verdict sit on the pages topic (partition@offset): what a lost verdict
+    needs to be traced against the workers' log (a gap re-read, a rebalance), which the count alone
+    never said."""
     c = consumer(settings, f"whereabouts-{time.time_ns()}")
     c.subscribe([settings.topics.pages])
     found: dict[str, tuple[int, int]] = {}

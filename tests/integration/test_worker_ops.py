@@ -407,7 +407,7 @@ def test_a_message_the_stream_skipped_unseen_holds_the_commit_back_and_is_read_a
     would commit past it while nothing is committed yet; the strict rule holds the partition's commit
     back, and the hole watch reads the partition again from it, in the same process
     (``stream/commits.py``)."""
-    from stream_dedup.status import group_status
+    from stream_dedup.status import wait_drained
 
     shared_data("news/thucnews_1000.jsonl")
     events = labelled_stream(tmp_path, n_news=40, n_sms=160)
@@ -419,9 +419,7 @@ def test_a_message_the_stream_skipped_unseen_holds_the_commit_back_and_is_read_a
         produce_events(kafka_settings, events, rate=50)
         got = latest(read_all(kafka_settings, kafka_settings.topics.verdicts,
                               until=lambda ms: len(latest(ms)) >= len(events), timeout=120))
-        deadline = time.time() + 60
-        while (lag := group_status(kafka_settings)["total_lag"]) and time.time() < deadline:
-            time.sleep(2)
+        _, st = wait_drained(kafka_settings, 60)
         assert proc.poll() is None and not workers.restarts, workers.logs()
     finally:
         workers.stop_all()
@@ -430,7 +428,7 @@ def test_a_message_the_stream_skipped_unseen_holds_the_commit_back_and_is_read_a
     lost = {e["id"] for e in events} - set(got)
     assert not lost, f"{len(lost)} events have no verdict: {whereabouts(kafka_settings, lost)}\n{workers.logs()}"
     assert "hold the commit back: never processed here" in log, workers.logs()
-    assert lag == 0, workers.logs()
+    assert st["total_lag"] == 0, f"{st['text']}\n{workers.logs()}"
 
 
 @pytest.mark.parametrize("stage", ["prepare", "index", "decide"])
