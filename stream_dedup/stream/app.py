@@ -357,13 +357,15 @@ def build_app(settings: Settings) -> faust.App:
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def forget_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
-        """Drop the Bloom filters of exact partitions that leave this worker, and their gap positions.
+        """Drop the Bloom filters of exact partitions that leave this worker, their gap positions and
+        any commit of theirs in flight (``commits.forget``).
 
         While a partition is away, its new owner adds digests to the table; a filter kept from
         before would answer "certainly new" for them. When the partition comes back, the first
         event rebuilds the filter from the (restored) table, and gap tracking starts again from
         the committed offset.
         """
+        commits.forget(internals(app.consumer), revoked)
         for tp in revoked:
             if gaps is not None:
                 gaps.tracker.forget(tp.topic, tp.partition)
@@ -599,7 +601,7 @@ def build_app(settings: Settings) -> faust.App:
             assert gaps is not None
             consumer = internals(app.consumer)
             found = {(tp.topic, tp.partition): commits.head_hole(
-                         consumer._committed_offset.get(tp) or 0, consumer._acked.get(tp) or (),
+                         commits.commit_base(consumer, tp), consumer._acked.get(tp) or (),
                          [(iv.begin, iv.end) for iv in consumer._gap.get(tp) or ()])
                      for tp in consumer.assignment() if tp.topic in stream_topics}
             for (topic, part), first, end in holes.check(found, in_hand):

@@ -174,13 +174,19 @@ class GapFiller:
     async def missing(self, topic: str, partition: int, offset: int, start: int | None = None) -> list[Msg]:
         """``start``: the committed offset the consumer began the partition at, if the caller knows it;
         for the first message after an assignment without one, ``committed`` asks the broker."""
-        if start is None and self.committed is not None and not self.tracker.seen(topic, partition):
+        first_here = not self.tracker.seen(topic, partition)
+        source = "the consumer"
+        if start is None and self.committed is not None and first_here:
+            source = "the broker"
             try:
                 start = await _retried(self.committed_wait_s, f"committed offset of {topic}[{partition}]",
                                        self.committed, topic, partition)
             except Exception as e:  # noqa: BLE001 - no baseline: the check goes on without one (see above)
                 log.warning("%s[%d]: no committed offset from the broker in %g s (%r); the partition's first "
                             "offsets are not checked for a skip", topic, partition, self.committed_wait_s, e)
+        if first_here:  # the baseline a skip at the start of an assignment is seen against, for the log
+            log.info("%s[%d]: first message here at offset %d; committed offset %s (from %s)", topic, partition,
+                     offset, start, source)
         rng = self.tracker.gap(topic, partition, offset, start)
         if rng is None:
             return []

@@ -10,7 +10,8 @@ from faust.transport.consumer import Consumer
 from faust.types import TP
 from intervaltree import IntervalTree
 
-from stream_dedup.stream.commits import HoleWatch, head_hole, mark_processed, runs, strict_new_offset
+from stream_dedup.stream.commits import (HoleWatch, commit_base, forget, head_hole, mark_processed, runs,
+                                         strict_new_offset)
 
 TP3 = TP("probes", 3)
 FAUST = getattr(Consumer._new_offset, "original", Consumer._new_offset)  # Faust's own rule
@@ -104,3 +105,25 @@ def test_hole_watch_asks_for_a_re_read_only_of_a_hole_that_lasts_and_is_not_in_h
     assert w.check({key: (11, 15)}, {}) == []
     assert w.check({key: None}, {}) == []
     assert w.seen == {}
+
+
+def test_a_commit_in_flight_is_no_hole():
+    """Faust takes a commit's offsets out of ``_acked`` before its producer flush, which waits out a
+    broker outage, and moves ``_committed_offset`` only after it: meanwhile, offsets acked later
+    must not make the offsets being committed look never processed."""
+    c = consumer(committed=1)
+    ack(c, 1, 2)
+    assert STRICT(c, TP3) == 3  # the commit to 3 starts; the broker is away
+    ack(c, 3, 4)
+    assert head_hole(c._committed_offset[TP3] or 0, c._acked[TP3], []) == (1, 3)  # the false alarm
+    assert commit_base(c, TP3) == 3
+    assert head_hole(commit_base(c, TP3), c._acked[TP3], []) is None
+    assert STRICT(c, TP3) is None  # the next commit waits for this one (offset 3 is not the committed 1)
+    c._committed_offset[TP3] = 3  # the commit is done
+    assert commit_base(c, TP3) == 3 and STRICT(c, TP3) == 5
+    # a partition revoked mid-commit: Faust discards that commit, and the next owner starts from the broker's
+    forget(c, [TP3])
+    c._committed_offset[TP3] = None
+    assert commit_base(c, TP3) == 0
+    ack(c, 2)
+    assert head_hole(commit_base(c, TP3), c._acked[TP3], []) == (0, 2)
