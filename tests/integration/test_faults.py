@@ -135,7 +135,7 @@ def test_slow_index_stage_under_sustained_load_builds_lag_then_catches_up(kafka_
     """A slow consumer: the index stage sleeps per probe (``worker.inject_delay``) for the first
     ``slow_for`` seconds while events arrive at a steady rate. Lag on the probes topic must grow,
     nothing may be lost, and once the delay ends the workers catch up (lag back to 0)."""
-    from stream_dedup.status import group_status
+    from stream_dedup.status import group_status, wait_drained
 
     settings = kafka_settings
     settings.topics.partitions = 6
@@ -164,12 +164,7 @@ def test_slow_index_stage_under_sustained_load_builds_lag_then_catches_up(kafka_
         time.sleep(3)
         got = latest(read_all(settings, settings.topics.verdicts, until=lambda ms: False, timeout=30, idle=5))
         dlq = read_all(settings, settings.topics.dlq, until=lambda ms: False, timeout=60, idle=5)
-        deadline = time.time() + 120
-        while True:  # committed offsets follow within a commit interval
-            final = group_status(settings)
-            if final["total_lag"] == 0 or time.time() > deadline:
-                break
-            time.sleep(2)
+        _, final = wait_drained(settings, 120, every_s=2)  # committed offsets follow within a commit interval
         delays = sum(w["counts"].get("injected_delays", 0) for w in final["workers"])
     finally:
         workers.stop_all()
