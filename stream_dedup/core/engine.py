@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterable
 from .exact import ExactStore
 from .index import BucketIndex
 from .stages import DecideStage, DocStates, IndexStage, Prepared, Preparer, admit_id, exact_stage, fan_out
-from .store import Buffered, Keyed, KVStore, Tiered
+from .store import Buffered, Generations, Keyed, KVStore, Tiered
 from .verdict import Cluster, DocState, Verdict
 
 if TYPE_CHECKING:
@@ -23,12 +23,19 @@ if TYPE_CHECKING:
 class Engine:
     EXPIRE_EVERY = 50_000
 
-    def __init__(self, settings: "Settings", state_dir: str | Path | None = None, *, most_docs: int | None = None):
+    def __init__(self, settings: "Settings", state_dir: str | Path | None = None, *, most_docs: int | None = None,
+                 forget_after: int | None = None):
         """``most_docs``: an upper bound on the documents this engine will see, when the caller knows
         one (``scan`` of a file: its lines). A fresh engine then sizes its Bloom filter for no more
         than that: the configured capacity (1M documents, 38 MB) is touched at random, a page fault
         per page, which cost a 10,000-SMS scan ~0.08 s; 10,000 fit in 0.4 MB, in cache. A kept
-        state folder keeps the configured size (its filter is refilled from the store)."""
+        state folder keeps the configured size (its filter is refilled from the store).
+
+        ``forget_after`` (event-time ms, or None: never): a document's verdict state and id check
+        that left memory are forgotten between this long and half as long again after they left it
+        or were last written there (``store.Generations``), as the workers' tables forget theirs. The ``Deduper`` sets it
+        (it may run for months); ``scan`` does not (it writes every document's final verdict at the
+        end of its file)."""
         self.settings = settings
         self._tmp = None
         if state_dir is None:
@@ -50,7 +57,8 @@ class Engine:
         # are objects in memory, older ones go to a RocksDB folder opened when the first ones leave
         # memory (``Tiered``), so memory does not grow with the input. This run's own: a kept --state
         # folder carries the exact and near stores to the next run, not these.
-        self.run_kv: Buffered | None = None
+        self.forget_after = forget_after
+        self.run_kv: Buffered | Generations | None = None
         most = settings.engine.docs_in_memory
         self.decide = DecideStage(Tiered(lambda: Keyed(self._run_store(), b"S", DocStates.encode, DocStates.decode),
                                          most))
@@ -98,6 +106,8 @@ class Engine:
             self.watermark = ts
         if ts < self._floor:
             self._floor = ts
+        if self.forget_after is not None and isinstance(self.run_kv, Generations):
+            self.run_kv.advance(self.watermark)
         self._since_expire += 1
         if self._since_expire >= self.EXPIRE_EVERY:
             self._since_expire = 0
@@ -127,10 +137,12 @@ class Engine:
         return st.verdict()
 
     def clusters(self) -> Iterable[Cluster]:
-        """Every document that has copies, with its cluster size and canonical page."""
-        for ident in self.digests:
-            st = self.decide.states.get(ident)
-            if st is not None and (st.members or st.extra):
+        """Every document that has copies, with its cluster size and canonical page.
+
+        From the verdict states, not the id checks: with ``forget_after`` an original's id check
+        can be forgotten before its state, which every copy that joins writes again."""
+        for st in self.decide.states.values():
+            if st.members or st.extra:
                 yield st.cluster()
 
     def verdicts(self) -> Iterable[Verdict]:
@@ -144,22 +156,34 @@ class Engine:
             if self._tmp is None:  # a kept folder: write what is still buffered (a temporary one is deleted)
                 kv.flush()
             kv.store.close()
-        if self.run_kv is not None:
+        if isinstance(self.run_kv, Generations):
+            self.run_kv.destroy()
+        elif self.run_kv is not None:
             self.run_kv.store.destroy()
-            self.run_kv = None
+        self.run_kv = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
 
-    def _run_store(self) -> Buffered:
+    def _run_store(self) -> Buffered | Generations:
         """The folder of the per-document records that left memory, opened at the first spill.
 
         Smaller cache and memtables than the exact and near stores: it is read only for documents
-        long past (an original whose copy arrives late, the verdicts written at the end of a scan)."""
+        long past (an original whose copy arrives late, the verdicts written at the end of a scan).
+        With ``forget_after``: generations of it, each a folder (``run/g<n>``), deleted whole."""
         if self.run_kv is None:
             path = self.state_dir / "run"
             shutil.rmtree(path, ignore_errors=True)  # a run that died left its own: not this run's records
-            self.run_kv = Buffered(KVStore(path, cache_mb=8, write_buffer_mb=16), max_bytes=8 << 20)
+
+            def folder(where: Path) -> Buffered:
+                return Buffered(KVStore(where, cache_mb=8, write_buffer_mb=16), max_bytes=8 << 20)
+
+            if self.forget_after is None:
+                self.run_kv = folder(path)
+            else:
+                keep = 3  # a span of half forget_after: forgotten between 1 and 1.5 forget_after after a write
+                self.run_kv = Generations(lambda n: folder(path / f"g{n}"), span=max(1, self.forget_after // (keep - 1)),
+                                          keep=keep, now=self.watermark or 0)
         return self.run_kv
 
     def __enter__(self) -> "Engine":

@@ -114,6 +114,11 @@ class KVStore(MutableMapping):
         except Exception:  # noqa: BLE001 - property not available on every build
             return 0
 
+    def flush(self, wait: bool = True) -> None:
+        """Write the memtables to files (and free them): a folder that takes no more writes.
+        ``wait=False``: RocksDB's background threads do it."""
+        self._db.flush(wait)
+
     def close(self) -> None:
         self._db.close()
 
@@ -313,6 +318,88 @@ class Tiered(MutableMapping):
 
     def __len__(self) -> int:
         return len(self.hot) if self.cold is None else sum(1 for _ in self)
+
+
+class Generations(MutableMapping):
+    """A bytes mapping over ``keep`` RocksDB folders (generations) of ``span`` each, on a clock the
+    caller moves with ``advance(now)``: writes go to the newest, reads look newest first, and when
+    the clock passes a span the oldest folder is deleted whole and a new one opened.
+
+    Why (a long-lived ``Deduper``): its per-document records that left memory went to one folder that
+    grew with every document checked, about 0.15 KB each, until ``close``: some 15 GB over 100
+    million documents. The workers' tables forget a record two windows after its last write
+    (RocksDB TTL). Here a record last written at ``t`` is gone by ``t + keep * span`` and kept at
+    least until ``t + (keep - 1) * span``, and forgetting costs a folder deletion: no walk over the
+    records, no per-record timestamps, no compaction to wait for. A record rewritten (a cluster's
+    original, with every copy that joins) moves to the newest folder and stays while it is."""
+
+    def __init__(self, open_gen: Callable[[int], "Buffered"], span: int, keep: int = 3, now: int = 0):
+        if keep < 2 or span < 1:
+            raise ValueError("Generations needs keep >= 2 and span >= 1")
+        self.open_gen = open_gen
+        self.span = span
+        self.keep = keep
+        self.start = now  # the clock value at which the newest generation began
+        self.serial = 0
+        self.gens: list[Buffered] = [open_gen(0)]  # newest first
+        self.dropped = 0  # generations deleted so far
+
+    def advance(self, now: int) -> int:
+        """Move the clock to ``now`` (a smaller value is ignored); returns the generations deleted."""
+        passed = (now - self.start) // self.span
+        if passed <= 0:
+            return 0
+        self.start += passed * self.span
+        dropped = 0
+        for _ in range(min(passed, self.keep)):  # a jump of many spans leaves only a fresh folder
+            done = self.gens[0]
+            done.flush()  # read-only from now on: its buffer and memtable to files
+            done.store.flush(wait=False)
+            self.serial += 1
+            self.gens.insert(0, self.open_gen(self.serial))
+            if len(self.gens) > self.keep:
+                self.gens.pop().store.destroy()
+                dropped += 1
+        self.dropped += dropped
+        return dropped
+
+    def get(self, key: bytes, default=None):
+        for g in self.gens:
+            v = g.get(key)
+            if v is not None:
+                return v
+        return default
+
+    def __getitem__(self, key: bytes) -> bytes:
+        v = self.get(key)
+        if v is None:
+            raise KeyError(key)
+        return v
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.gens[0][key] = value
+
+    def __delitem__(self, key: bytes) -> None:
+        found = False
+        for g in self.gens:
+            if g.get(key) is not None:
+                del g[key]
+                found = True
+        if not found:
+            raise KeyError(key)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for i, g in enumerate(self.gens):
+            newer = self.gens[:i]
+            yield from (k for k in g if all(n.get(k) is None for n in newer))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def destroy(self) -> None:
+        for g in self.gens:
+            g.store.destroy()
+        self.gens = []
 
 
 class WriteBack(MutableMapping):

@@ -134,3 +134,52 @@ def test_scan_stops_with_the_error_of_a_preparing_process_that_fails_or_dies(tmp
                 pass
     finally:
         prep.close()
+
+
+def test_a_long_lived_deduper_forgets_old_states_so_its_folder_stops_growing(tmp_path):
+    """A ``Deduper`` over many windows of documents: its records that left memory are forgotten
+    two to three windows after their last write (whole folders deleted), so the folder holds a
+    bounded number of them, while a recent copy still finds its original and an original's cluster
+    that copies keep joining stays. Documents without ``ts`` are dated by the clock at ``check``."""
+    import random
+
+    from stream_dedup.config import load_settings
+
+    settings = load_settings(environ={"STREAM_DEDUP_ENGINE__WINDOW_MS": "1000",
+                                      "STREAM_DEDUP_ENGINE__DOCS_IN_MEMORY": "20"})
+    clock = [1_700_000_000.0]
+    rng = random.Random(8)
+    words = ["本市", "今天", "上午", "召开", "新闻", "发布会", "介绍", "夏季", "防汛", "工作", "安排", "河道", "清淤",
+             "排水", "泵站", "气象", "部门", "预计", "降雨", "偏多", "局地", "短时", "强降雨", "居民", "出行", "注意",
+             "安全", "交通", "管制", "地铁", "延长", "运营", "学校", "停课", "医院", "开通", "绿色", "通道"]
+    texts = ["，".join("".join(rng.sample(words, 4)) for _ in range(3)) + "。" for _ in range(3_000)]
+    campaign = "【中奖通知】恭喜您的手机号被抽中为幸运用户，获得现金大奖，请点击链接填写信息领取，编号"
+    sizes = []
+    with Deduper(settings, tmp_path / "state", clock=lambda: clock[0]) as d:
+        for i, text in enumerate(texts):  # 10 documents a second of clock, 300 s: 150 spans of half a window
+            clock[0] += 0.1
+            assert d.check({"id": f"sms-{i}", "text": text}).verdict == "unique"
+            if i % 10 == 0:  # a campaign that never stops: a copy a second, each of an original in the window
+                v = d.check({"id": f"spam-{i}", "text": campaign + str(i)})
+                assert v.verdict == ("unique" if i == 0 else "duplicate")
+            if i % 500 == 499:
+                sizes.append(len(d.engine.digests) + len(d.engine.decide.states))
+        assert d.verdict("sms-0") is None and d.verdict("spam-0") is None and d.verdict("sms-2990").verdict == "unique"
+        recent = d.check({"id": "copy", "text": texts[-5]})  # an original half a second back
+        assert (recent.verdict, recent.duplicate_of) == ("duplicate", "sms-2995")
+        assert recent.ts == int(clock[0] * 1000)
+        clock[0] -= 100  # a clock set back: dates do not go back with it
+        assert d.check({"id": "after", "text": texts[7]}).ts == recent.ts
+        clusters = d.clusters()
+        assert clusters and all(d.verdict(c.id) is not None for c in clusters) and len(clusters) < 10
+        run = d.engine.run_kv
+        assert run.dropped > 100 and len(run.gens) == 3
+        assert {p.name for p in (tmp_path / "state" / "run").iterdir()} == {f"g{run.serial - i}" for i in range(3)}
+    # ids and states kept: 20 of each in memory, and those of at most 3 s out of it (11 new ids a
+    # second): flat, where the 3,300 checked would all be kept without forgetting
+    assert max(sizes) <= 2 * (20 + 3 * 11) and max(sizes) - min(sizes) <= 20, sizes
+
+    with Deduper(settings, tmp_path / "kept", forget_windows=None) as d:  # opting out: every state kept
+        for i, text in enumerate(texts[:600]):
+            d.check({"id": f"sms-{i}", "text": text, "ts": i * 100})
+        assert d.verdict("sms-0").verdict == "unique" and len(d.engine.digests) == 600

@@ -304,3 +304,59 @@ def test_keyed_views_share_a_folder_apart(tmp_path):
     assert sorted(digests) == sorted(["新闻-1", "a\udc80"]) and list(states) == ["新闻-1"]
     del states["新闻-1"]
     assert "新闻-1" not in states and digests["新闻-1"] == b"digest" and len(digests) == 2
+
+
+def test_generations_forget_a_record_a_span_count_after_its_last_write_by_deleting_folders(tmp_path):
+    """``Generations`` (a long-lived ``Deduper``'s records that left memory): answers like a dict
+    over what was written within ``keep - 1`` spans of the clock; a record unwritten for ``keep``
+    spans is gone, with the folder that held it; a rewrite keeps a record; a clock jump of many
+    spans leaves one fresh folder."""
+    import random
+
+    from stream_dedup.core.store import Buffered, Generations
+
+    folders: list = []
+
+    def open_gen(n: int) -> Buffered:
+        folders.append(tmp_path / f"g{n}")
+        return Buffered(KVStore(folders[-1]), max_entries=7)  # small batches: most records in RocksDB
+
+    g = Generations(open_gen, span=100, keep=3, now=1_000)
+    rng = random.Random(3)
+    written: dict[bytes, tuple[bytes, int]] = {}  # key -> (value, clock at its last write)
+    now = 1_000
+    for step in range(3_000):
+        now += rng.randrange(3)  # about 3 spans every 200 steps
+        g.advance(now)
+        k = f"文档-{rng.randrange(120)}".encode()
+        if rng.random() < 0.1:
+            if g.get(k) is not None:
+                del g[k]
+                written.pop(k, None)
+                assert g.get(k) is None
+            else:
+                with pytest.raises(KeyError):
+                    del g[k]
+            continue
+        v = f"{step}".encode()
+        g[k] = v
+        written[k] = (v, now)
+        for key, (value, at) in list(written.items()):
+            got = g.get(key)
+            if now - at < 200:  # (keep - 1) spans: always kept
+                assert got == value
+            elif now - at >= 300:  # keep spans: always gone
+                assert got is None
+                del written[key]
+            else:
+                assert got in (value, None)
+                if got is None:
+                    del written[key]
+        if step % 500 == 0:
+            assert sorted(g) == sorted(k for k in written if g.get(k) is not None) and len(set(g)) == len(g)
+    assert len(g.gens) == 3 and g.dropped == len(folders) - 3 > 10
+    assert [f.exists() for f in folders] == [False] * (len(folders) - 3) + [True] * 3
+    g.advance(now + 10 * 100)  # ten spans at once: every record forgotten, one fresh folder among three
+    assert len(g.gens) == 3 and g.get(next(iter(written))) is None and len(g) == 0
+    g.destroy()
+    assert not any(f.exists() for f in folders)
