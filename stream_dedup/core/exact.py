@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, MutableMapping
 
 from .bloom import DecayingBloom
-from .index import merge_entry, prune_value, unpack_entries
+from .index import apply_writes, merge_entry, prune_items, snapshot_sink, unpack_entries
 
 
 @dataclass
@@ -85,7 +85,7 @@ class ExactStore:
 
     def sweep(self, before_ts: int) -> int:
         """Drop every entry older than before_ts (walks the whole mapping: scan and tests)."""
-        dropped = 0
-        for k, v in list(self.data.items()):
-            dropped += prune_value(self.data, k, v, before_ts)[1]
+        writes, dropped = prune_items(((k, v) for k, v in self.data.items() if k[:1] == b"X"), before_ts,
+                                      sink=snapshot_sink(self.data))
+        apply_writes(self.data, writes)
         return dropped

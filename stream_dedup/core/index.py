@@ -100,18 +100,47 @@ def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: 
     return pack_entries(entries[:cap])
 
 
-def prune_value(data: MutableMapping[bytes, bytes], key: bytes, value: bytes, before_ts: int
-                ) -> tuple[list[Entry], int]:
-    """Drop entries older than before_ts from one packed value (deleting it when empty).
+def prune_items(items: Iterable[tuple[bytes, bytes]], before_ts: int,
+                kept: Callable[[bytes, list[Entry]], None] | None = None,
+                sink: MutableMapping[bytes, bytes] | None = None) -> tuple[list[tuple[bytes, bytes | None]], int]:
+    """The writes that drop entries older than before_ts from packed values (None: delete the key,
+    nothing kept), and how many entries they drop. ``kept(key, entries)`` sees each value's kept ones.
+    ``sink``: the writes go to it in batches as they are found, and none are returned; only for a
+    mapping whose ``items()`` walks a snapshot (``iterates_a_snapshot``: RocksDB's iterators).
 
-    Returns the kept entries and how many were dropped."""
-    entries = unpack_entries(value)
-    keep = [e for e in entries if e[0] >= before_ts]
-    if not keep:
-        del data[key]
-    elif len(keep) != len(entries):
-        data[key] = pack_entries(keep)
-    return keep, len(entries) - len(keep)
+    Why not the whole mapping as a list to change as it is walked: a store holds up to a window and
+    a half of documents (tens of millions of keys in a large window), and the list held every key
+    and value at once. The writes hold only what changes, and with a ``sink`` a batch of it."""
+    writes: list[tuple[bytes, bytes | None]] = []
+    dropped = 0
+    for key, value in items:
+        entries = unpack_entries(value)
+        keep = [e for e in entries if e[0] >= before_ts]
+        if len(keep) != len(entries):
+            writes.append((key, pack_entries(keep) if keep else None))
+            dropped += len(entries) - len(keep)
+            if sink is not None and len(writes) >= 4096:
+                apply_writes(sink, writes)
+                writes = []
+        if kept is not None:
+            kept(key, keep)
+    if sink is not None:
+        apply_writes(sink, writes)
+        writes = []
+    return writes, dropped
+
+
+def snapshot_sink(data: MutableMapping[bytes, bytes]) -> MutableMapping[bytes, bytes] | None:
+    """``data`` itself when a sweep may write to it while walking it (see ``prune_items``)."""
+    return data if getattr(data, "iterates_a_snapshot", False) else None
+
+
+def apply_writes(data: MutableMapping[bytes, bytes], writes: Iterable[tuple[bytes, bytes | None]]) -> None:
+    for key, value in writes:
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
 
 
 @dataclass
@@ -240,18 +269,22 @@ class BucketIndex:
         """Drop every entry older than before_ts, and payloads no bucket refers to; return entries dropped.
 
         Walks the whole mapping: for ``scan`` and tests. Workers rely on pruning on write plus TTL.
-        """
-        dropped = 0
+        Held in memory meanwhile: a batch of the writes (all of them over a dict), the payload keys (documents whose payload is too
+        large to inline: news MinHash signatures) and the ids those kept entries refer to."""
         live: set[tuple[int, str]] = set()
-        payload_keys = []
-        for k, v in list(self.data.items()):
-            if k[:1] == b"P":
-                payload_keys.append(k)
-                continue
-            keep, n = prune_value(self.data, k, v, before_ts)
-            dropped += n
-            live.update((k[1], e[1]) for e in keep)
-        for k in payload_keys:
-            if (k[1], k[2:].decode("utf-8", "surrogatepass")) not in live:
-                del self.data[k]
+        payload_keys: list[bytes] = []
+
+        def buckets():
+            for k, v in self.data.items():
+                if k[:1] == b"P":
+                    payload_keys.append(k)
+                else:
+                    yield k, v
+
+        def refer(key: bytes, entries: list[Entry]) -> None:
+            live.update((key[1], e[1]) for e in entries if not e[2])  # not inline: stored under P
+
+        writes, dropped = prune_items(buckets(), before_ts, refer, snapshot_sink(self.data))
+        writes += [(k, None) for k in payload_keys if (k[1], k[2:].decode("utf-8", "surrogatepass")) not in live]
+        apply_writes(self.data, writes)
         return dropped

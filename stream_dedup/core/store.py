@@ -34,6 +34,7 @@ def filter_memtable_misses(opts: Options) -> Options:
 
 
 class KVStore(MutableMapping):
+    iterates_a_snapshot = True  # a RocksDB iterator does not see writes made after it was opened
     def __init__(self, path: str | Path, *, cache_mb: int = 64, write_buffer_mb: int | None = None):
         """``cache_mb``: the block cache; ``write_buffer_mb``: a memtable's size (None: RocksDB's 64 MB)."""
         self.path = Path(path)
@@ -142,6 +143,8 @@ class Buffered(MutableMapping):
     nothing was ever written there (``on_disk``): a fresh run reads only the dict until its first
     batch.
     """
+
+    iterates_a_snapshot = True  # ``items`` writes the buffer out, then walks the store's iterator
 
     def __init__(self, store: KVStore, *, max_entries: int = 1 << 18, max_bytes: int = 32 << 20):
         self.store = store

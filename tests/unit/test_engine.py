@@ -270,8 +270,9 @@ def test_decide_state_behind_a_write_back_re_emits_after_a_crash_before_the_flus
 
 def test_expire_walks_the_stores_only_when_an_entry_can_be_older_than_the_window(tmp_path, monkeypatch):
     """``Engine.expire`` (every EXPIRE_EVERY documents in ``scan``): a copy beyond the window is not
-    matched once its original is swept; while the events span less than the window nothing is
-    walked; a kept --state folder is swept at its first expire (its oldest entries are unknown)."""
+    matched once its original is swept; nothing is walked until an entry can be half a window past
+    the window (so not while the events span less than the window); a kept --state folder is swept
+    at its first expire (its oldest entries are unknown)."""
     monkeypatch.setattr(Engine, "EXPIRE_EVERY", 2)
     text = "全省外贸进出口总额同比增长百分之八点五，其中出口增长百分之十点二，进口增长百分之六点三，贸易结构持续优化。"
     walks: list[int] = []
@@ -292,7 +293,10 @@ def test_expire_walks_the_stores_only_when_an_entry_can_be_older_than_the_window
         v = e.process({"id": "c", "text": text, "ts": 1700})
         assert [x.verdict for x in v] == ["unique"]  # its original left the window
         e.process({"id": "z", "text": "第三条无关的新闻，后天降温。", "ts": 1800})  # cutoff 800, floor 600
-        assert walks == [600, 800]
+        assert walks == [600]  # entries at most 200 past the window: the next walk waits for half of one
+        e.process({"id": "w", "text": "第四条无关的新闻，球队赢得了比赛。", "ts": 2000})
+        e.process({"id": "v", "text": "第五条无关的新闻，新馆下月开放。", "ts": 2200})  # cutoff 1200, floor 600
+        assert walks == [600, 1200]
     walks.clear()
     with counting(Engine(settings, tmp_path / "kept")) as e:  # the stores from disk: their ages unknown
         e.process({"id": "p", "text": "一条新的新闻，今天的会议讨论了预算。", "ts": 1900})

@@ -360,3 +360,29 @@ def test_generations_forget_a_record_a_span_count_after_its_last_write_by_deleti
     assert len(g.gens) == 3 and g.get(next(iter(written))) is None and len(g) == 0
     g.destroy()
     assert not any(f.exists() for f in folders)
+
+
+def test_a_sweep_over_rocksdb_writes_while_it_walks_and_leaves_what_a_dict_sweep_leaves(tmp_path):
+    """``sweep`` over a RocksDB store writes its changes in batches as it walks (its iterator walks
+    a snapshot), over a dict after the walk: the same keys and bytes remain either way, in the
+    index (buckets, inline entries and payloads under P) and the exact store."""
+    import random
+
+    from stream_dedup.core.store import Buffered
+
+    rng = random.Random(4)
+    stores = {"dict": ({}, {}), "rocksdb": (Buffered(KVStore(tmp_path / "i"), max_entries=500),
+                                            Buffered(KVStore(tmp_path / "x"), max_entries=500))}
+    dropped = {}
+    for name, (idx_data, ex_data) in stores.items():
+        idx, ex = BucketIndex(idx_data, window=10**9), ExactStore(ex_data, 10**9, bloom_capacity=50_000)
+        rng.seed(4)
+        for i in range(12_000):
+            payload = bytes(INLINE_MAX + 1) if i % 3 == 0 else b"inline"
+            idx.insert(1, f"文档{i}", i, payload, (rng.randrange(9_000), rng.randrange(9_000)))
+            ex.process(rng.randrange(6_000).to_bytes(16, "big"), i, f"文档{i}")
+        dropped[name] = (idx.sweep(7_000), ex.sweep(7_000))
+        assert sum(1 for k in idx_data if k[:1] == b"P") == len(range(7_002, 12_000, 3))  # payloads of kept ones
+    (di, dx), (ri, rx) = stores["dict"], stores["rocksdb"]
+    assert dropped["dict"] == dropped["rocksdb"] and dropped["dict"][0] > 4_096  # several batches written
+    assert dict(ri.items()) == di and dict(rx.items()) == dx
