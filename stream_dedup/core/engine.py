@@ -33,9 +33,9 @@ class Engine:
 
         ``forget_after`` (event-time ms, or None: never): a document's verdict state and id check
         that left memory are forgotten between this long and half as long again after they left it
-        or were last written there (``store.Generations``), as the workers' tables forget theirs. The ``Deduper`` sets it
-        (it may run for months); ``scan`` does not (it writes every document's final verdict at the
-        end of its file)."""
+        or were last written there (``store.Generations``), as the workers' tables forget theirs.
+        The ``Deduper`` sets it (it may run for months); ``scan`` does not (it writes every
+        document's final verdict at the end of its file)."""
         self.settings = settings
         self._tmp = None
         if state_dir is None:
@@ -187,8 +187,9 @@ class Engine:
                 self.run_kv = folder(path)
             else:
                 keep = 3  # a span of half forget_after: forgotten between 1 and 1.5 forget_after after a write
-                self.run_kv = Generations(lambda n: folder(path / f"g{n}"), span=max(1, self.forget_after // (keep - 1)),
-                                          keep=keep, now=self.watermark or 0)
+                span = max(1, self.forget_after // (keep - 1))
+                self.run_kv = Generations(lambda n: folder(path / f"g{n}"), span=span, keep=keep,
+                                          now=self.watermark or 0)
         return self.run_kv
 
     def __enter__(self) -> "Engine":

@@ -269,8 +269,9 @@ class BucketIndex:
         """Drop every entry older than before_ts, and payloads no bucket refers to; return entries dropped.
 
         Walks the whole mapping: for ``scan`` and tests. Workers rely on pruning on write plus TTL.
-        Held in memory meanwhile: a batch of the writes (all of them over a dict), the payload keys (documents whose payload is too
-        large to inline: news MinHash signatures) and the ids those kept entries refer to."""
+        Held in memory meanwhile: a batch of the writes (all of them over a dict), the payload keys
+        (documents whose payload is too large to inline: news MinHash signatures) and the ids that
+        kept entries with such payloads refer to."""
         live: set[tuple[int, str]] = set()
         payload_keys: list[bytes] = []
 
