@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 class Engine:
     EXPIRE_EVERY = 50_000
+    SWEEP_EVERY_WINDOWS = 0.5  # how far past the window an entry may be before a sweep (``expire``)
 
     def __init__(self, settings: "Settings", state_dir: str | Path | None = None, *, most_docs: int | None = None,
                  forget_after: int | None = None):
@@ -106,18 +107,18 @@ class Engine:
             self.watermark = ts
         if ts < self._floor:
             self._floor = ts
-        if self.forget_after is not None and isinstance(self.run_kv, Generations):
+        if isinstance(self.run_kv, Generations):  # only with forget_after
             self.run_kv.advance(self.watermark)
         self._since_expire += 1
         if self._since_expire >= self.EXPIRE_EVERY:
             self._since_expire = 0
             self.expire()
 
-    def expire(self, *, every: float = 0.5) -> int:
+    def expire(self) -> int:
         """Drop exact and near state older than the window behind the newest event time.
 
         A sweep walks both stores whole, so it runs only when an entry can be older than the cutoff
-        (``_floor``, the oldest event time stored, says) by ``every`` window. Why: ``scan`` calls
+        (``_floor``, the oldest event time stored, says) by ``SWEEP_EVERY_WINDOWS``. Why: ``scan`` calls
         this every 50,000 documents, and over a file whose events span less than the window (most
         files) every walk dropped nothing, while it listed both stores whole: at 300,000 SMS the
         walks added about 100 MB to the peak RSS and about a sixth to the time. And over a longer
@@ -129,7 +130,7 @@ class Engine:
         if self.watermark is None:
             return 0
         cutoff = self.watermark - self.window
-        if cutoff <= self._floor + every * self.window:
+        if cutoff <= self._floor + self.SWEEP_EVERY_WINDOWS * self.window:
             return 0
         dropped = self.exact.sweep(cutoff) + self.index.index.sweep(cutoff)
         self._floor = cutoff  # every entry left is at least this recent

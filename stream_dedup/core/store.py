@@ -35,6 +35,7 @@ def filter_memtable_misses(opts: Options) -> Options:
 
 class KVStore(MutableMapping):
     iterates_a_snapshot = True  # a RocksDB iterator does not see writes made after it was opened
+
     def __init__(self, path: str | Path, *, cache_mb: int = 64, write_buffer_mb: int | None = None):
         """``cache_mb``: the block cache; ``write_buffer_mb``: a memtable's size (None: RocksDB's 64 MB)."""
         self.path = Path(path)
