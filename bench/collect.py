@@ -12,11 +12,12 @@ import re
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ORDER = ["quality", "html_quality", "fingerprint", "scan_vs_jieba", "scan_memory", "deduper_disk", "stages", "instructions", "segmenters",
-         "index_scale", "kafka_e2e", "kafka_profile", "status_scale"]
+ORDER = ["quality", "html_quality", "fingerprint", "scan_vs_jieba", "scan_memory", "sweep_memory", "deduper_disk",
+         "stages", "instructions", "segmenters", "index_scale", "kafka_e2e", "kafka_profile", "status_scale"]
 TITLES = {"quality": "Quality and speed vs peers (development benchmark)", "fingerprint": "Fingerprint math vs peers",
           "scan_vs_jieba": "scan vs raw jieba segmentation", "index_scale": "Index scaling",
           "scan_memory": "scan's memory as the input grows, against a peer's index loop",
+          "sweep_memory": "One sweep of scan's news index: memory and time as the store grows",
           "deduper_disk": "A long-lived Deduper's run folder: forgetting old states vs keeping them",
           "kafka_e2e": "Kafka end to end (real local broker)",
           "html_quality": "HTML pages: other sites' templates vs same-site pages",
@@ -31,7 +32,7 @@ COMMANDS = {"quality": "python bench/quality.py", "fingerprint": "python bench/f
             "segmenters": "python bench/segmenters.py", "stages": "python bench/stages.py",
             "instructions": "python bench/instructions.py", "kafka_profile": "python bench/kafka_e2e.py",
             "status_scale": "python bench/status_scale.py", "scan_memory": "python bench/scan_memory.py",
-            "deduper_disk": "python bench/deduper_disk.py"}
+            "deduper_disk": "python bench/deduper_disk.py", "sweep_memory": "python bench/sweep_memory.py"}
 
 
 def base_of(name: str) -> str:

@@ -27,9 +27,13 @@ from __future__ import annotations
 
 import bisect
 import struct
+from array import array
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable, Iterable, MutableMapping
+
+import mmh3
+import numpy as np
 
 from .detectors.base import Match
 
@@ -130,15 +134,61 @@ def prune_items(items: Iterable[tuple[bytes, bytes]], before_ts: int,
     return writes, dropped
 
 
+def key_hash(key: bytes) -> int:
+    return mmh3.hash64(key)[0]
+
+
+class KeyHashes:
+    """A set of keys as signed 64-bit hashes (``key_hash``), about 8 bytes a key: added to a buffer,
+    merged into a sorted array of distinct hashes whenever the buffer outgrows it (or 2^20).
+
+    Why: a sweep of the news index meets each document's id once in each of its 32 buckets, and a
+    Python set of them cost over 100 bytes an id. Two keys with one hash (a chance of about one in a
+    million at 6 million keys) mean a payload that no entry refers to is kept: space, never a verdict."""
+
+    def __init__(self, buffer: int = 1 << 20):
+        self.sorted = np.empty(0, np.int64)
+        self.buf = array("q")
+        self.buffer = buffer
+
+    def add(self, h: int) -> None:
+        self.buf.append(h)
+        if len(self.buf) >= max(self.buffer, len(self.sorted)):
+            self._merge()
+
+    def _merge(self) -> None:
+        if self.buf:
+            self.sorted = np.union1d(self.sorted, np.frombuffer(self.buf, dtype=np.int64))
+            self.buf = array("q")
+
+    def contains(self, hashes: np.ndarray) -> np.ndarray:
+        """For each hash, whether it was added."""
+        self._merge()
+        if not len(self.sorted):
+            return np.zeros(len(hashes), bool)
+        at = np.minimum(np.searchsorted(self.sorted, hashes), len(self.sorted) - 1)
+        return self.sorted[at] == hashes
+
+    def __len__(self) -> int:
+        self._merge()
+        return len(self.sorted)
+
+
 def snapshot_sink(data: MutableMapping[bytes, bytes]) -> MutableMapping[bytes, bytes] | None:
     """``data`` itself when a sweep may write to it while walking it (see ``prune_items``)."""
     return data if getattr(data, "iterates_a_snapshot", False) else None
 
 
 def apply_writes(data: MutableMapping[bytes, bytes], writes: Iterable[tuple[bytes, bytes | None]]) -> None:
+    """Each write, None deleting its key; with the mapping's ``discard`` where it has one (the stores
+    of ``store.py``: no read before a delete)."""
+    discard = getattr(data, "discard", None)
     for key, value in writes:
         if value is None:
-            data.pop(key, None)
+            if discard is not None:
+                discard(key)
+            else:
+                data.pop(key, None)
         else:
             data[key] = value
 
@@ -269,23 +319,44 @@ class BucketIndex:
         """Drop every entry older than before_ts, and payloads no bucket refers to; return entries dropped.
 
         Walks the whole mapping: for ``scan`` and tests. Workers rely on pruning on write plus TTL.
-        Held in memory meanwhile: a batch of the writes (all of them over a dict), the payload keys
-        (documents whose payload is too large to inline: news MinHash signatures) and the ids that
-        kept entries with such payloads refer to."""
-        live: set[tuple[int, str]] = set()
+        Held in memory meanwhile: a batch of the writes (all of them over a dict), and 8 bytes for
+        each document whose payload is stored apart (news MinHash signatures) and that a kept entry
+        refers to (``KeyHashes``). Over a mapping that walks its keys in order (RocksDB), the payload
+        keys come after every bucket and are settled in batches as they come; over a dict they are
+        listed to the end of the walk.
+
+        Why not a set of the (det, id) that kept entries refer to, and a list of the payload keys, as
+        before: about 200 bytes a news document, held over a store of a window and a half of them
+        (``bench/sweep_memory.py``)."""
+        live = KeyHashes()
+        sink = snapshot_sink(self.data)
+        in_order = sink is not None and getattr(self.data, "iterates_in_key_order", False)
         payload_keys: list[bytes] = []
+        dead: list[tuple[bytes, bytes | None]] = []
+
+        def settle() -> None:  # the payload keys met so far that no kept entry refers to, to delete
+            gone = ~live.contains(np.fromiter((key_hash(k) for k in payload_keys), np.int64, len(payload_keys)))
+            dead.extend((k, None) for k, g in zip(payload_keys, gone.tolist()) if g)
+            payload_keys.clear()
 
         def buckets():
             for k, v in self.data.items():
-                if k[:1] == b"P":
-                    payload_keys.append(k)
-                else:
+                if k[:1] != b"P":
                     yield k, v
+                    continue
+                payload_keys.append(k)  # in order: every bucket was walked ("B" < "P")
+                if in_order and len(payload_keys) >= 4096:
+                    settle()
+                    apply_writes(self.data, dead)
+                    dead.clear()
 
         def refer(key: bytes, entries: list[Entry]) -> None:
-            live.update((key[1], e[1]) for e in entries if not e[2])  # not inline: stored under P
+            for e in entries:
+                if not e[2]:  # not inline: stored under P
+                    live.add(key_hash(self.payload_key(key[1], e[1])))
 
-        writes, dropped = prune_items(buckets(), before_ts, refer, snapshot_sink(self.data))
-        writes += [(k, None) for k in payload_keys if (k[1], k[2:].decode("utf-8", "surrogatepass")) not in live]
+        writes, dropped = prune_items(buckets(), before_ts, refer, sink)
+        settle()
+        writes += dead
         apply_writes(self.data, writes)
         return dropped

@@ -35,6 +35,7 @@ def filter_memtable_misses(opts: Options) -> Options:
 
 class KVStore(MutableMapping):
     iterates_a_snapshot = True  # a RocksDB iterator does not see writes made after it was opened
+    iterates_in_key_order = True  # bytewise, RocksDB's default comparator
 
     def __init__(self, path: str | Path, *, cache_mb: int = 64, write_buffer_mb: int | None = None):
         """``cache_mb``: the block cache; ``write_buffer_mb``: a memtable's size (None: RocksDB's 64 MB)."""
@@ -83,6 +84,10 @@ class KVStore(MutableMapping):
         self._db.put(key, value)
 
     def __delitem__(self, key: bytes) -> None:
+        self._db.delete(key)
+
+    def discard(self, key: bytes) -> None:
+        """Delete ``key`` if it is there, without a read (``Buffered.discard`` says why)."""
         self._db.delete(key)
 
     def __iter__(self) -> Iterator[bytes]:
@@ -146,6 +151,7 @@ class Buffered(MutableMapping):
     """
 
     iterates_a_snapshot = True  # ``items`` writes the buffer out, then walks the store's iterator
+    iterates_in_key_order = True
 
     def __init__(self, store: KVStore, *, max_entries: int = 1 << 18, max_bytes: int = 32 << 20):
         self.store = store
@@ -187,7 +193,19 @@ class Buffered(MutableMapping):
     def __delitem__(self, key: bytes) -> None:
         if self.get(key) is None:
             raise KeyError(key)
+        self.discard(key)
+
+    def discard(self, key: bytes) -> None:
+        """Delete ``key`` if it is there, without the read that ``del`` and ``pop`` need to raise
+        KeyError: a tombstone in the buffer, counted against its limits like a write.
+
+        Why: a sweep deletes keys it has just walked, millions in a large store. ``pop(key, None)``
+        read each one twice (``MutableMapping.pop``, then ``del``), and a delete never wrote the
+        buffer out, so a sweep of the news index held every deleted key in it to the end."""
         self.buf[key] = None
+        self.size += len(key)
+        if self.size > self.max_bytes or len(self.buf) > self.max_entries:
+            self.flush()
 
     def flush(self) -> None:
         if self.buf:

@@ -364,8 +364,9 @@ def test_generations_forget_a_record_a_span_count_after_its_last_write_by_deleti
 
 def test_a_sweep_over_rocksdb_writes_while_it_walks_and_leaves_what_a_dict_sweep_leaves(tmp_path):
     """``sweep`` over a RocksDB store writes its changes in batches as it walks (its iterator walks
-    a snapshot), over a dict after the walk: the same keys and bytes remain either way, in the
-    index (buckets, inline entries and payloads under P) and the exact store."""
+    a snapshot, and the payloads under P after every bucket), over a dict after the walk: the same
+    keys and bytes remain either way, in the index (buckets, inline entries and payloads under P)
+    and the exact store."""
     import random
 
     from stream_dedup.core.store import Buffered
@@ -378,11 +379,57 @@ def test_a_sweep_over_rocksdb_writes_while_it_walks_and_leaves_what_a_dict_sweep
         idx, ex = BucketIndex(idx_data, window=10**9), ExactStore(ex_data, 10**9, bloom_capacity=50_000)
         rng.seed(4)
         for i in range(12_000):
-            payload = bytes(INLINE_MAX + 1) if i % 3 == 0 else b"inline"
+            payload = bytes(INLINE_MAX + 1) if i % 2 == 0 else b"inline"  # 6,000 under P: two batches
             idx.insert(1, f"文档{i}", i, payload, (rng.randrange(9_000), rng.randrange(9_000)))
             ex.process(rng.randrange(6_000).to_bytes(16, "big"), i, f"文档{i}")
         dropped[name] = (idx.sweep(7_000), ex.sweep(7_000))
-        assert sum(1 for k in idx_data if k[:1] == b"P") == len(range(7_002, 12_000, 3))  # payloads of kept ones
+        assert sum(1 for k in idx_data if k[:1] == b"P") == len(range(7_000, 12_000, 2))  # payloads of kept ones
     (di, dx), (ri, rx) = stores["dict"], stores["rocksdb"]
     assert dropped["dict"] == dropped["rocksdb"] and dropped["dict"][0] > 4_096  # several batches written
     assert dict(ri.items()) == di and dict(rx.items()) == dx
+
+
+def test_key_hashes_answer_membership_across_merges_of_their_buffer():
+    """``KeyHashes`` (a sweep's set of the payloads kept entries refer to) merges its buffer into a
+    sorted array as it grows: every key added is found, before and after merges, repeats included,
+    and keys never added are not."""
+    import numpy as np
+
+    from stream_dedup.core.index import KeyHashes, key_hash
+
+    hs = KeyHashes(buffer=100)
+    assert not hs.contains(np.array([key_hash(b"Pa")], np.int64)).any()  # empty
+    added = [f"P\x02文档{i}".encode() for i in range(0, 2_000, 2)]
+    for k in added + added[:300]:  # 1,300 adds: several merges, and repeats
+        hs.add(key_hash(k))
+    assert len(hs) == len(added) and len(hs.sorted) == len(added)
+    probe = [f"P\x02文档{i}".encode() for i in range(2_000)]
+    found = hs.contains(np.fromiter((key_hash(k) for k in probe), np.int64, len(probe)))
+    assert found.tolist() == [i % 2 == 0 for i in range(2_000)]
+
+
+def test_a_sweeps_deletes_read_nothing_and_write_out_like_writes(tmp_path):
+    """``apply_writes`` deletes through the stores' ``discard``: no read of a key a sweep has just
+    walked (``pop`` read it twice), and a ``Buffered`` store writes its tombstones out at its limit
+    as it does its writes (before, a sweep's deletes stayed in its buffer to the end)."""
+    from stream_dedup.core.index import apply_writes
+    from stream_dedup.core.store import Buffered
+
+    kv = Buffered(KVStore(tmp_path / "b"), max_entries=100)
+    for i in range(1_000):
+        kv[f"键{i}".encode()] = b"v"
+    kv.flush()
+    reads: list = []
+    get, get_many = kv.store.get, kv.store.get_many
+    kv.store.get = lambda *a: reads.append(a) or get(*a)  # type: ignore[method-assign]
+    kv.store.get_many = lambda *a: reads.append(a) or get_many(*a)  # type: ignore[method-assign]
+    biggest = 0
+    for i in range(1_000):
+        apply_writes(kv, [(f"键{i}".encode(), None)])
+        biggest = max(biggest, len(kv.buf))
+    assert not reads and biggest <= 101
+    assert kv.store.count() < 1_000  # written out along the way
+    kv.flush()
+    assert kv.store.count() == 0
+    with pytest.raises(KeyError):  # del still says when a key is not there
+        del kv["键0".encode()]
