@@ -180,13 +180,13 @@ def snapshot_sink(data: MutableMapping[bytes, bytes]) -> MutableMapping[bytes, b
 
 
 def apply_writes(data: MutableMapping[bytes, bytes], writes: Iterable[tuple[bytes, bytes | None]]) -> None:
-    """Each write, None deleting its key; with the mapping's ``discard`` where it has one (the stores
-    of ``store.py``: no read before a delete)."""
-    discard = getattr(data, "discard", None)
+    """Each write, None deleting its key; with the mapping's ``delete_blind`` where it has one (the
+    stores of ``store.py``: no read before a delete)."""
+    delete_blind = getattr(data, "delete_blind", None)
     for key, value in writes:
         if value is None:
-            if discard is not None:
-                discard(key)
+            if delete_blind is not None:
+                delete_blind(key)
             else:
                 data.pop(key, None)
         else:

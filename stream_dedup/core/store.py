@@ -86,8 +86,8 @@ class KVStore(MutableMapping):
     def __delitem__(self, key: bytes) -> None:
         self._db.delete(key)
 
-    def discard(self, key: bytes) -> None:
-        """Delete ``key`` if it is there, without a read (``Buffered.discard`` says why)."""
+    def delete_blind(self, key: bytes) -> None:
+        """Delete ``key`` if it is there, without a read (``Buffered.delete_blind`` says why)."""
         self._db.delete(key)
 
     def __iter__(self) -> Iterator[bytes]:
@@ -193,9 +193,9 @@ class Buffered(MutableMapping):
     def __delitem__(self, key: bytes) -> None:
         if self.get(key) is None:
             raise KeyError(key)
-        self.discard(key)
+        self.delete_blind(key)
 
-    def discard(self, key: bytes) -> None:
+    def delete_blind(self, key: bytes) -> None:
         """Delete ``key`` if it is there, without the read that ``del`` and ``pop`` need to raise
         KeyError: a tombstone in the buffer, counted against its limits like a write.
 

@@ -409,7 +409,7 @@ def test_key_hashes_answer_membership_across_merges_of_their_buffer():
 
 
 def test_a_sweeps_deletes_read_nothing_and_write_out_like_writes(tmp_path):
-    """``apply_writes`` deletes through the stores' ``discard``: no read of a key a sweep has just
+    """``apply_writes`` deletes through the stores' ``delete_blind``: no read of a key a sweep has just
     walked (``pop`` read it twice), and a ``Buffered`` store writes its tombstones out at its limit
     as it does its writes (before, a sweep's deletes stayed in its buffer to the end)."""
     from stream_dedup.core.index import apply_writes
