@@ -187,8 +187,7 @@ class Buffered(MutableMapping):
     def __setitem__(self, key: bytes, value: bytes) -> None:
         self.buf[key] = value
         self.size += len(key) + len(value)
-        if self.size > self.max_bytes or len(self.buf) > self.max_entries:
-            self.flush()
+        self._flush_if_full()
 
     def __delitem__(self, key: bytes) -> None:
         if self.get(key) is None:
@@ -204,6 +203,9 @@ class Buffered(MutableMapping):
         buffer out, so a sweep of the news index held every deleted key in it to the end."""
         self.buf[key] = None
         self.size += len(key)
+        self._flush_if_full()
+
+    def _flush_if_full(self) -> None:
         if self.size > self.max_bytes or len(self.buf) > self.max_entries:
             self.flush()
 

@@ -389,23 +389,24 @@ def test_a_sweep_over_rocksdb_writes_while_it_walks_and_leaves_what_a_dict_sweep
     assert dict(ri.items()) == di and dict(rx.items()) == dx
 
 
-def test_key_hashes_answer_membership_across_merges_of_their_buffer():
-    """``KeyHashes`` (a sweep's set of the payloads kept entries refer to) merges its buffer into a
-    sorted array as it grows: every key added is found, before and after merges, repeats included,
-    and keys never added are not."""
+def test_a_hash_set_answers_membership_across_merges_of_its_buffer():
+    """``HashSet`` (a sweep's set of the payloads kept entries refer to) merges its buffer into a
+    sorted array as it grows: every reference added is found, before and after merges, repeats
+    included, and references never added are not; a payload key's reference is its (det, id)'s."""
     import numpy as np
 
-    from stream_dedup.core.index import KeyHashes, key_hash
+    from stream_dedup.core.index import BucketIndex, HashSet, ref_hash
 
-    hs = KeyHashes(buffer=100)
-    assert not hs.contains(np.array([key_hash(b"Pa")], np.int64)).any()  # empty
-    added = [f"P\x02文档{i}".encode() for i in range(0, 2_000, 2)]
-    for k in added + added[:300]:  # 1,300 adds: several merges, and repeats
-        hs.add(key_hash(k))
+    hs = HashSet(buffer=100)
+    assert not hs.contains(np.array([ref_hash(2, "a")], np.int64)).any()  # empty
+    added = [ref_hash(2, f"文档{i}") for i in range(0, 2_000, 2)]
+    for at in range(0, 1_300, 50):  # 1,300 adds in updates of 50: several merges, and repeats
+        hs.update((added + added[:300])[at:at + 50])
     assert len(hs) == len(added) and len(hs.sorted) == len(added)
-    probe = [f"P\x02文档{i}".encode() for i in range(2_000)]
-    found = hs.contains(np.fromiter((key_hash(k) for k in probe), np.int64, len(probe)))
-    assert found.tolist() == [i % 2 == 0 for i in range(2_000)]
+    probe = np.array([ref_hash(2, f"文档{i}") for i in range(2_000)] + [ref_hash(3, "文档0")], np.int64)
+    assert hs.contains(probe).tolist() == [i % 2 == 0 for i in range(2_000)] + [False]
+    key = BucketIndex.payload_key(2, "文档0")
+    assert ref_hash(key[1], key[2:].decode("utf-8", "surrogatepass")) == added[0]  # as a sweep reads P keys
 
 
 def test_a_sweeps_deletes_read_nothing_and_write_out_like_writes(tmp_path):
