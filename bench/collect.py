@@ -17,7 +17,8 @@ ORDER = ["quality", "html_quality", "fingerprint", "scan_vs_jieba", "scan_memory
 TITLES = {"quality": "Quality and speed vs peers (development benchmark)", "fingerprint": "Fingerprint math vs peers",
           "scan_vs_jieba": "scan vs raw jieba segmentation", "index_scale": "Index scaling",
           "scan_memory": "scan's memory as the input grows, against a peer's index loop",
-          "sweep_memory": "One sweep of scan's news index: memory and time as the store grows",
+          "sweep_memory": "One sweep of scan's news index: memory and time as the store grows, "
+                          "and with copies sharing buckets",
           "deduper_disk": "A long-lived Deduper's run folder: forgetting old states vs keeping them",
           "kafka_e2e": "Kafka end to end (real local broker)",
           "html_quality": "HTML pages: other sites' templates vs same-site pages",
