@@ -245,6 +245,11 @@ class BucketIndex:
     def payload_key(det: int, ident: str) -> bytes:
         return b"P" + bytes([det]) + ident.encode("utf-8", "surrogatepass")
 
+    @staticmethod
+    def payload_ref(key: bytes) -> int:
+        """The ``ref_hash`` of the (det, ident) whose ``payload_key`` is ``key``."""
+        return ref_hash(key[1], key[2:].decode("utf-8", "surrogatepass"))
+
     def read(self, det: int, keys: Iterable[int]) -> dict[bytes, bytes | None]:
         """The packed buckets of ``keys`` (None where empty), in one multi-get when the mapping has
         ``get_many`` (RocksDB's MultiGet: one call and sorted lookups instead of one per key)."""
@@ -351,8 +356,8 @@ class BucketIndex:
         dead: list[tuple[bytes, bytes | None]] = []
 
         def settle() -> None:  # the payload keys met so far that no kept entry refers to, to delete
-            refs = (ref_hash(k[1], k[2:].decode("utf-8", "surrogatepass")) for k in payload_keys)
-            gone = ~live.contains(np.fromiter(refs, np.int64, len(payload_keys)))
+            refs = np.fromiter(map(self.payload_ref, payload_keys), np.int64, len(payload_keys))
+            gone = ~live.contains(refs)
             dead.extend((k, None) for k, g in zip(payload_keys, gone.tolist()) if g)
             payload_keys.clear()
 
