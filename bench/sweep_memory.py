@@ -112,8 +112,8 @@ def main() -> None:
                     sys.exit(f"{left} payloads left of {n - cutoff} kept documents")
             t, p = statistics.median(times), statistics.median(peaks)
             rows.append([f"{n:,}", copies, f"{dropped:,}", f"{left:,}", round(t, 2), round(p, 1), round(p * 1e6 / n)])
-            data.append({"docs": n, "copies": copies, "build_s": built, "entries_dropped": dropped, "payloads_left": left,
-                         "sweep_s_runs": times, "peak_heap_mb_runs": peaks})
+            data.append({"docs": n, "copies": copies, "build_s": built, "entries_dropped": dropped,
+                         "payloads_left": left, "sweep_s_runs": times, "peak_heap_mb_runs": peaks})
             shutil.rmtree(folder)
     text = table(["documents stored", "copies of each article", "entries dropped", "payloads left", "sweep s (median)",
                   "peak heap MB (median)", "peak bytes / document"], rows)

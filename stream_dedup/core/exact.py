@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, MutableMapping
 
 from .bloom import DecayingBloom
-from .index import apply_writes, merge_entry, prune_items, snapshot_sink, unpack_entries
+from .index import all_before, apply_writes, iter_entries, merge_entry, prune_items, snapshot_sink, unpack_entries
 
 
 @dataclass
@@ -67,7 +67,14 @@ class ExactStore:
                 self.bloom_fp += 1
         else:
             self.bloom_negative += 1
-        entries = unpack_entries(raw) if raw else []
+        entries: Iterable[tuple[int, str, bytes]] = []
+        if raw and all_before(raw, me):
+            # every member is earlier than this document (a stream in time order): the loop stops
+            # at the first one in the window, so decode them one at a time (a campaign's digest
+            # holds up to max_members)
+            entries = iter_entries(raw)
+        elif raw:
+            entries = unpack_entries(raw)
         out = ExactOutcome(first=True)
         for cts, cid, _ in entries:
             if cts < ts - self.window or cid == ident:

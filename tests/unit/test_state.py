@@ -16,15 +16,27 @@ def same(a: bytes, b: bytes):
 
 
 def test_packed_entries_round_trip():
+    from stream_dedup.core.index import all_before, iter_entries, pack_entry
+
     e = [(-5, "a", b""), (0, "文档", b"xyz"), (2**40, "b" * 300, bytes(64))]
-    assert unpack_entries(pack_entries(e)) == e
+    assert unpack_entries(pack_entries(e)) == list(iter_entries(pack_entries(e))) == e
+    # whether every entry is earlier, from the last one: by ts, then by id
+    assert all_before(pack_entries(e), (2**40 + 1, "")) and all_before(pack_entries(e), (2**40, "b" * 301))
+    assert not all_before(pack_entries(e), (2**40, "b" * 300)) and not all_before(pack_entries(e), (2**40 - 1, "z"))
+    assert all_before(pack_entries(e[:2]), (0, "文档x")) and not all_before(pack_entries(e[:2]), (0, "文"))
+    # one entry has no header; a bucket written before the header existed reads the same, and the
+    # shortcut that needs the header says no
+    assert pack_entries(e[:1]) == pack_entry(e[0]) and not all_before(pack_entry(e[0]), (2**50, ""))
+    legacy = b"".join(pack_entry(x) for x in e)
+    assert unpack_entries(legacy) == e and not all_before(legacy, (2**50, ""))
+    assert pack_entries(e)[:1] == b"\x80" and all(pack_entry(x)[:1] != b"\x80" for x in [(-(2**62), "a", b""), (2**62, "a", b"")])
 
 
 def test_merge_entry_appends_in_place_exactly_as_the_full_merge_would():
     """The append shortcut must give the same bytes as filter + sort + cap, or replays diverge."""
     import random
 
-    from stream_dedup.core.index import merge_entry
+    from stream_dedup.core.index import merge_entry, pack_entry
 
     def full(raw: bytes | None, entry, cutoff: int, cap: int) -> bytes:
         es = [e for e in unpack_entries(raw) if e[0] >= cutoff and e[1] != entry[1]] if raw else []
@@ -39,10 +51,74 @@ def test_merge_entry_appends_in_place_exactly_as_the_full_merge_would():
             e = (rng.randrange(0, 100), rng.choice("abcdefg"), rng.choice([b"", b"p", b"xyz"]))
             got = merge_entry(raw, e, cutoff, cap)
             assert got == full(raw, e, cutoff, cap), (raw, e, cutoff, cap)
-            appended += raw is not None and got.startswith(raw) and len(got) > len(raw)
+            appended += raw is not None and raw[:1] == b"\x80" and got[9:] == raw[9:] + pack_entry(e)
             kept += got is raw  # a full bucket, the newest entry: kept as it is
             raw = got
-    assert appended > 1000 and kept > 50  # the shortcuts were taken often enough to be tested
+    assert appended > 400 and kept > 50  # the shortcuts were taken often enough to be tested
+
+
+def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding_every_bucket_does(monkeypatch):
+    """A probe or an exact check newer than every entry of a bucket decodes it only up to its first
+    match, and an insert reads the header, not the entries. Both must answer and write exactly what
+    decoding the whole bucket does: the same stream, the same answers, the same bytes, with the
+    shortcuts and without them (``all_before`` answering False, as for a bucket with no header). The
+    stream is mostly in time order, with late arrivals, revisions (an id again, later), replays, long
+    buckets over a small cap and a window that expires entries. The third run starts over buckets
+    rewritten without headers, as stored before the header existed: the same answers."""
+    import random
+
+    from stream_dedup.core import exact as exact_mod
+    from stream_dedup.core import index as index_mod
+
+    rng = random.Random(11)
+    stream, ts, keys_of = [], 0, {}
+    for i in range(3_000):
+        ts += rng.randrange(0, 4)
+        when = ts - rng.randrange(0, 400) if rng.random() < 0.08 else ts  # a late arrival
+        ident = f"d{rng.randrange(i)}" if i and rng.random() < 0.05 else f"d{i}"  # a revision
+        payload = rng.choice([b"P", b"P", b"Q", b"R" * 40, bytes(INLINE_MAX + 20)])
+        if ident not in keys_of or rng.random() < 0.5:  # half the revisions keep their buckets
+            keys_of[ident] = tuple(rng.sample(range(40), 3))
+        stream.append((ident, when, payload, keys_of[ident]))
+        if rng.random() < 0.03:
+            stream.append(stream[rng.randrange(len(stream))])  # a replay
+    shortcuts = []
+    real_all_before, real_merge = index_mod.all_before, index_mod.merge_entry
+
+    def full_merge(raw, entry, cutoff, cap, packed=None):  # merge_entry without its shortcuts
+        es = [e for e in unpack_entries(raw) if e[0] >= cutoff and e[1] != entry[1]] if raw else []
+        return index_mod.pack_entries(sorted(es + [entry], key=lambda e: (e[0], e[1]))[:cap])
+
+    def run(legacy: bool = False, with_shortcuts: bool = True):
+        for mod in (index_mod, exact_mod):
+            monkeypatch.setattr(mod, "all_before", real_all_before if with_shortcuts else lambda raw, me: False)
+            monkeypatch.setattr(mod, "merge_entry", real_merge if with_shortcuts else full_merge)
+        idx = BucketIndex({}, window=1_500, max_bucket=25)
+        ex = ExactStore({}, window=1_500, max_members=25, bloom_capacity=10_000)
+        answers = []
+        for n, (ident, when, payload, keys) in enumerate(stream):
+            if legacy and n == len(stream) // 2:  # strip every header
+                for store in (idx.data, ex.data):
+                    for k, v in list(store.items()):
+                        if v[:1] == b"\x80":
+                            store[k] = b"".join(index_mod.pack_entry(e) for e in unpack_entries(v))
+            r = idx.probe_insert(1, ident, when, payload, keys, same)
+            o = ex.process(payload[:1].ljust(16, b"."), when, ident)
+            answers.append((r.earliest and (r.earliest.ts, r.earliest.id), [(f.ts, f.id) for f in r.later],
+                            r.candidates, o.first, o.original, o.revise))
+            if with_shortcuts and not legacy:
+                shortcuts.append(sum(v[:1] == b"\x80" for v in idx.data.values()))
+        contents = {k: unpack_entries(v) if k[:1] in b"BX" else v for k, v in {**idx.data, **ex.data}.items()}
+        return answers, {**idx.data, **ex.data}, contents
+
+    fast, fast_bytes, fast_contents = run()
+    slow, slow_bytes, _ = run(with_shortcuts=False)
+    assert fast == slow and fast_bytes == slow_bytes
+    old, _, old_contents = run(legacy=True)
+    assert old == fast and old_contents == fast_contents
+    assert max(shortcuts) > 20  # buckets with headers were there to take the shortcuts
+    assert sum(a[0] is not None for a in fast) > 500 and sum(bool(a[1]) for a in fast) > 20
+    assert sum(a[4] is not None for a in fast) > 500 and sum(bool(a[5]) for a in fast) > 20
 
 
 def test_index_finds_the_earliest_match_and_late_matches(tmp_path):
