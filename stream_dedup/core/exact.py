@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, MutableMapping
 
 from .bloom import DecayingBloom
-from .index import all_before, apply_writes, iter_entries, merge_entry, prune_items, snapshot_sink, unpack_entries
+from .index import (all_before, apply_writes, iter_entries, merge_entry, prune_items, snapshot_sink,
+                    unpack_entries)
 
 
 @dataclass
