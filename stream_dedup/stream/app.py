@@ -61,6 +61,9 @@ from .watchdog import EXIT_FAILED, EXIT_STALLED, ChangelogIdleFilter, StallDetec
 log = logging.getLogger("stream_dedup.worker")
 
 
+REBALANCE_WAIT_S = 60.0  # how long an agent with a batch in hand waits for a rebalance's end (split_moved)
+
+
 def hold(batch: list) -> None:
     """Keep a batch that was not done (the worker is stopping) out of every later commit.
 
@@ -704,6 +707,38 @@ def build_app(settings: Settings) -> faust.App:
         """
         return _Under(event, worked)
 
+    async def split_moved(batch: list) -> tuple[list, list]:
+        """``batch`` as (its messages of partitions this worker owns, those of partitions it no longer
+        owns); the second are held (``hold``) for the new owner, which replays them from the
+        committed offset.
+
+        Why: Faust (``stream_wait_empty`` off) lets an agent finish a batch it took before a
+        rebalance moved the batch's partitions away, so a worker went on publishing for a partition
+        that another worker had begun to replay. A cluster join sent from here could then reach the
+        original after the leave that the new owner sent after it, and the original's record kept a
+        member it no longer had (the 3-worker convergence test in the CI of 181d22e); a state
+        written from here could reach the changelog after the new owner's. During a rebalance the
+        answer waits for its end, when the assignment is known (at most ``REBALANCE_WAIT_S``,
+        then the assignment as it stands)."""
+        deadline = time.monotonic() + REBALANCE_WAIT_S
+        while app.rebalancing and not stopping and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        mine = {(tp.topic, tp.partition) for tp in app.consumer.assignment()}
+        if {(m.topic, m.partition) for _, m in batch} <= mine:
+            return batch, []
+        kept = [(ev, m) for ev, m in batch if (m.topic, m.partition) in mine]
+        moved = [(ev, m) for ev, m in batch if (m.topic, m.partition) not in mine]
+        hold(moved)
+        counts["moved_away"] += len(moved)
+        log.info("%d message(s) of %s left unpublished: a rebalance moved their partitions away while "
+                 "the batch was in hand; the new owner replays them", len(moved),
+                 sorted({f"{m.topic}[{m.partition}]" for _, m in moved}))
+        return kept, moved
+
+    def rebalanced_since(count: int) -> bool:
+        """Whether a rebalance began after ``app.rebalancing_count`` was ``count`` (or is under way)."""
+        return app.rebalancing or app.rebalancing_count != count
+
     @app.agent(pages)
     async def prepare(stream: StreamT) -> None:
         await guarded(stream, "prepare", prepare_batch, ids_map.discard if ids_map is not None else lambda: None)
@@ -801,6 +836,7 @@ def build_app(settings: Settings) -> faust.App:
     async def index_batch(batch: list) -> bool:
         """Checks and probes a batch, sends the answers, then writes the tables; False when the
         worker is stopping (see quiesce)."""
+        batch, _ = await split_moved(batch)
         out: dict = {}
         verified = index_stage.candidates
         for ev, msg in batch:
@@ -847,6 +883,8 @@ def build_app(settings: Settings) -> faust.App:
     async def decide_batch(batch: list) -> bool:
         """Decides a batch, delivers its verdicts, then stores the documents' states; False when
         the worker is stopping."""
+        batch, _ = await split_moved(batch)
+        rebalances = app.rebalancing_count
         out: dict = {}
         records: dict = {}  # topic -> [(key, value)]: verdicts, unique / duplicate, clusters
         for ev, msg in batch:
@@ -889,6 +927,12 @@ def build_app(settings: Settings) -> faust.App:
                         pending.setdefault(m.id, (time.monotonic(), msg.partition))
                     else:
                         pending.pop(m.id, None)
+        if rebalanced_since(rebalances):  # (an await in the loop above let a rebalance in: fault injection)
+            kept, moved = await split_moved(batch)
+            if moved:  # decide again without them: nothing of this pass went out
+                decide_data.discard()
+                return await decide_batch(kept) if kept else True
+            rebalances = app.rebalancing_count
         futs = await send_batches(out, records)
         if futs:
             # wait, not gather: a cancelled agent must not cancel the producer's batch futures
@@ -899,7 +943,13 @@ def build_app(settings: Settings) -> faust.App:
         if futs is None or stopping:  # also after delivery: the states can no longer be written; replay
             return False
         # the states that say "emitted" are stored only now that the verdicts are delivered: after
-        # a crash before this line the batch is replayed into the old states and emits again
+        # a crash before this line the batch is replayed into the old states and emits again.
+        # A partition moved away meanwhile (its revocation flushed this output first) is not
+        # stored here: its new owner replays into the state it restored, after this output.
+        if rebalanced_since(rebalances):
+            _, moved = await split_moved(batch)
+            if moved:
+                decide_data.discard({m.partition for _, m in moved})
         counts["decide.writes"] += decide_data.flush(under)
         await decide_map.send()
         return True
