@@ -375,6 +375,13 @@ def build_app(settings: Settings) -> faust.App:
             if tp.topic == probes.get_topic_name() and exact_by_part.pop(tp.partition, None) is not None:
                 log.info("exact partition %d revoked: its Bloom filter is dropped", tp.partition)
 
+    assigned_in = [-1]  # the rebalance (app.rebalancing_count) whose assignment this worker has received
+
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+    async def note_assigned(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
+        """Mark the assignment of the rebalance under way as known (see ``split_moved``)."""
+        assigned_in[0] = app.rebalancing_count
+
     async def guarded(stream: StreamT, stage: str, work: Callable[[list], Awaitable[bool]],
                       discard: Callable[[], None] = lambda: None) -> None:
         """An agent's loop: ``work`` on each batch of the stream, until a batch is not done.
@@ -718,10 +725,11 @@ def build_app(settings: Settings) -> faust.App:
         original after the leave that the new owner sent after it, and the original's record kept a
         member it no longer had (the 3-worker convergence test in the CI of 181d22e); a state
         written from here could reach the changelog after the new owner's. During a rebalance the
-        answer waits for its end, when the assignment is known (at most ``REBALANCE_WAIT_S``,
-        then the assignment as it stands)."""
+        answer waits until its assignment is known (``assigned_in``; not for the tables' restore
+        that follows), at most ``REBALANCE_WAIT_S``, then takes the assignment as it stands."""
         deadline = time.monotonic() + REBALANCE_WAIT_S
-        while app.rebalancing and not stopping and time.monotonic() < deadline:
+        while (app.rebalancing and assigned_in[0] != app.rebalancing_count and not stopping
+               and time.monotonic() < deadline):
             await asyncio.sleep(0.05)
         mine = {(tp.topic, tp.partition) for tp in app.consumer.assignment()}
         if {(m.topic, m.partition) for _, m in batch} <= mine:
