@@ -722,9 +722,9 @@ def build_app(settings: Settings) -> faust.App:
         Why: Faust (``stream_wait_empty`` off) lets an agent finish a batch it took before a
         rebalance moved the batch's partitions away, so a worker went on publishing for a partition
         that another worker had begun to replay. A cluster join sent from here could then reach the
-        original after the leave that the new owner sent after it, and the original's record kept a
-        member it no longer had (the 3-worker convergence test in the CI of 181d22e); a state
-        written from here could reach the changelog after the new owner's. During a rebalance the
+        original after the leave that the new owner sent after it, and the original's record keep a
+        member it no longer had (the likely cause of the one wrong cluster record in the 3-worker
+        convergence test, in the CI of 167d114); a state written from here could reach the changelog after the new owner's. During a rebalance the
         answer waits until its assignment is known (``assigned_in``; not for the tables' restore
         that follows), at most ``REBALANCE_WAIT_S``, then takes the assignment as it stands."""
         deadline = time.monotonic() + REBALANCE_WAIT_S
