@@ -935,7 +935,7 @@ def build_app(settings: Settings) -> faust.App:
                         pending.setdefault(m.id, (time.monotonic(), msg.partition))
                     else:
                         pending.pop(m.id, None)
-        if rebalanced_since(rebalances):  # (an await in the loop above let a rebalance in: fault injection)
+        if rebalanced_since(rebalances):  # one began while deciding (the consumer's thread starts it)
             kept, moved = await split_moved(batch)
             if moved:  # decide again without them: nothing of this pass went out
                 decide_data.discard()
