@@ -724,9 +724,10 @@ def build_app(settings: Settings) -> faust.App:
         that another worker had begun to replay. A cluster join sent from here could then reach the
         original after the leave that the new owner sent after it, and the original's record keep a
         member it no longer had (the likely cause of the one wrong cluster record in the 3-worker
-        convergence test, in the CI of 167d114); a state written from here could reach the changelog after the new owner's. During a rebalance the
-        answer waits until its assignment is known (``assigned_in``; not for the tables' restore
-        that follows), at most ``REBALANCE_WAIT_S``, then takes the assignment as it stands."""
+        convergence test, in the CI of 167d114); a state written from here could reach the
+        changelog after the new owner's. During a rebalance the answer waits until its assignment
+        is known (``assigned_in``; not for the tables' restore that follows), at most
+        ``REBALANCE_WAIT_S``, then takes the assignment as it stands."""
         deadline = time.monotonic() + REBALANCE_WAIT_S
         while (app.rebalancing and assigned_in[0] != app.rebalancing_count and not stopping
                and time.monotonic() < deadline):
