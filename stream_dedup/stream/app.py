@@ -61,7 +61,7 @@ from .watchdog import EXIT_FAILED, EXIT_STALLED, ChangelogIdleFilter, StallDetec
 log = logging.getLogger("stream_dedup.worker")
 
 
-REBALANCE_WAIT_S = 60.0  # how long an agent with a batch in hand waits for a rebalance's end (split_moved)
+REBALANCE_WAIT_S = 60.0  # how long an agent with a batch in hand waits for a rebalance's assignment (split_moved)
 
 
 def hold(batch: list) -> None:
