@@ -714,10 +714,10 @@ def build_app(settings: Settings) -> faust.App:
         """
         return _Under(event, worked)
 
-    async def split_moved(batch: list) -> tuple[list, list]:
+    async def split_moved(batch: list, left: str = "left unpublished") -> tuple[list, list]:
         """``batch`` as (its messages of partitions this worker owns, those of partitions it no longer
         owns); the second are held (``hold``) for the new owner, which replays them from the
-        committed offset.
+        committed offset. ``left`` says in the log line what of them was left out.
 
         Why: Faust (``stream_wait_empty`` off) lets an agent finish a batch it took before a
         rebalance moved the batch's partitions away, so a worker went on publishing for a partition
@@ -739,9 +739,9 @@ def build_app(settings: Settings) -> faust.App:
         moved = [(ev, m) for ev, m in batch if (m.topic, m.partition) not in mine]
         hold(moved)
         counts["moved_away"] += len(moved)
-        log.info("%d message(s) of %s left unpublished: a rebalance moved their partitions away while "
-                 "the batch was in hand; the new owner replays them", len(moved),
-                 sorted({f"{m.topic}[{m.partition}]" for _, m in moved}))
+        log.info("%d message(s) of %s %s: a rebalance moved their partitions away while the batch was "
+                 "in hand; the new owner replays them", len(moved),
+                 sorted({f"{m.topic}[{m.partition}]" for _, m in moved}), left)
         return kept, moved
 
     def rebalanced_since(count: int) -> bool:
@@ -846,6 +846,7 @@ def build_app(settings: Settings) -> faust.App:
         """Checks and probes a batch, sends the answers, then writes the tables; False when the
         worker is stopping (see quiesce)."""
         batch, _ = await split_moved(batch)
+        rebalances = app.rebalancing_count
         out: dict = {}
         verified = index_stage.candidates
         for ev, msg in batch:
@@ -879,6 +880,16 @@ def build_app(settings: Settings) -> faust.App:
         injected_failure("index")
         if await send_batches(out) is None:
             return False
+        # A partition that a rebalance moved away while the batch was in hand keeps its answers (the
+        # new owner replays the batch over the state it restored and answers the same) but not its
+        # table writes: sent from here after the new owner's own, a bucket's older value would end
+        # its changelog, and a later restore would lose the entries written in between.
+        if rebalanced_since(rebalances):
+            _, moved = await split_moved(batch, "answered, their table writes left out")
+            if moved:
+                parts = {m.partition for _, m in moved}
+                index_data.discard(parts)
+                exact_map.discard(parts)
         counts["index.writes"] += index_data.flush(under)
         metrics.candidates.inc(index_stage.candidates - verified)
         await exact_map.send()

@@ -153,12 +153,15 @@ def test_convergence_with_scan(kafka_settings, tmp_path, stream_events, n_worker
         check_changelogs_hold_the_local_state(kafka_settings, tmp_path / "state-w0")
 
 
-def test_a_batch_in_hand_when_its_partitions_move_is_left_to_their_new_owner(kafka_settings, tmp_path):
-    """w0's decide stage sleeps per item (``worker.inject_delay``), so it holds each batch for seconds,
-    and w1 joins while it does: w0 must publish nothing for the answers partitions that moved to w1
-    (``split_moved``; their new owner replays them), and the outcome must be scan's, clusters included.
+@pytest.mark.parametrize("stage,left", [("decide", "left unpublished"),
+                                        ("index", "answered, their table writes left out")])
+def test_a_batch_in_hand_when_its_partitions_move_is_left_to_their_new_owner(kafka_settings, tmp_path, stage, left):
+    """w0's ``stage`` sleeps per item (``worker.inject_delay``), so it holds each batch for seconds,
+    and w1 joins while it does: w0 must publish nothing of decide's for the answers partitions that
+    moved to w1, and no table writes of index's for the probes partitions (``split_moved``; their
+    new owner replays them), and the outcome must be scan's, clusters included.
     Without the check w0 went on sending for them after w1 had begun: a late cluster join could
-    follow the leave that w1 sent after it."""
+    follow the leave that w1 sent after it, or a bucket's older value end its changelog."""
     kafka_settings.topics.partitions = 6
     apply(kafka_settings)
     shared_data("news/thucnews_1000.jsonl")
@@ -166,8 +169,8 @@ def test_a_batch_in_hand_when_its_partitions_move_is_left_to_their_new_owner(kaf
     workers = Workers(kafka_settings, tmp_path)
 
     def join_while_busy() -> None:
-        # w0's first decide batch takes tens of seconds at 50 ms an item (and its verdicts go out at
-        # its end): a few seconds after w0 is ready, it has one in hand
+        # w0's first batch of the stage takes tens of seconds at 50 ms an item (and its output goes
+        # out at its end): a few seconds after w0 is ready, it has one in hand
         deadline = time.monotonic() + 120
         while "Worker ready" not in (tmp_path / "w0.log").read_text(errors="replace"):
             assert time.monotonic() < deadline, workers.logs()
@@ -176,12 +179,12 @@ def test_a_batch_in_hand_when_its_partitions_move_is_left_to_their_new_owner(kaf
         workers.start("w1")
 
     try:
-        workers.start("w0", STREAM_DEDUP_WORKER__INJECT_DELAY="decide:0.05:60")
+        workers.start("w0", STREAM_DEDUP_WORKER__INJECT_DELAY=f"{stage}:0.05:60")
         got, dlq = run_and_collect(kafka_settings, events, timeout=600, during=join_while_busy)
     finally:
         workers.stop_all()
     w0_log = (tmp_path / "w0.log").read_text(errors="replace")
-    assert "left unpublished: a rebalance moved their partitions away" in w0_log, workers.notable()
+    assert f"{left}: a rebalance moved their partitions away" in w0_log, workers.notable()
     check(kafka_settings, events, got, dlq, workers)
     check_clusters(kafka_settings, events, workers)
 

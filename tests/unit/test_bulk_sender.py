@@ -13,7 +13,9 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
 
-from stream_dedup.stream.changelog import BulkSender
+from rocksdict import Options, Rdict
+
+from stream_dedup.stream.changelog import BulkSender, TableMapping
 
 PARTS = {0, 1, 2}
 
@@ -88,6 +90,52 @@ def test_full_batches_spill_through_aiokafka_and_every_record_is_delivered_once(
         offsets = [d.offset() for d in sent]
         assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
         await p.client.close()
+
+    asyncio.run(run())
+
+
+class _Table:
+    """What ``TableMapping`` uses of a Faust table: a RocksDB file per partition and a changelog topic."""
+
+    def __init__(self, root):
+        self.dbs = {p: Rdict(str(root / f"part-{p}.db"), options=Options(raw_mode=True)) for p in PARTS}
+        self.persisted: dict = {}
+        self.data = self
+        self.changelog_topic = self
+
+    def _db_for_partition(self, partition: int) -> Rdict:
+        return self.dbs[partition]
+
+    def set_persisted_offset(self, tp, offset: int) -> None:
+        self.persisted[tp] = offset
+
+    def get_topic_name(self) -> str:
+        return "t-changelog"
+
+
+def test_a_table_drops_the_changelog_records_of_the_partitions_it_is_told_and_sends_the_rest(tmp_path):
+    """What the index and decide agents do with a batch whose partitions partly moved away: the
+    moved partitions' records are not sent (their new owner's would otherwise be followed by these),
+    the others' are, and the local RocksDB writes stay (a replay writes the same bytes)."""
+    async def run():
+        p = producer()
+        table = _Table(tmp_path)
+        tm = TableMapping(table, lambda: p)
+        for part in sorted(PARTS):
+            tm.write_many(part, [(b"k", bytes([part])), (b"only-%d" % part, b"x")])
+        tm.discard({1})
+        assert await tm.send() == 4
+        got = {part: [(k, v) for k, v, _ in take(p, TopicPartition("t-changelog", part), base=0)] for part in PARTS}
+        assert got == {0: [(b"k", b"\x00"), (b"only-0", b"x")], 1: [], 2: [(b"k", b"\x02"), (b"only-2", b"x")]}
+        assert table.dbs[1][b"k"] == b"\x01"
+        await asyncio.sleep(0)
+        assert set(table.persisted) == {TopicPartition("t-changelog", 0), TopicPartition("t-changelog", 2)}
+        tm.write_many(0, [(b"k", b"again")])
+        tm.discard()
+        assert await tm.send() == 0
+        await p.client.close()
+        for db in table.dbs.values():
+            db.close()
 
     asyncio.run(run())
 
