@@ -907,6 +907,10 @@ def build_app(settings: Settings) -> faust.App:
         rebalances = app.rebalancing_count
         out: dict = {}
         records: dict = {}  # topic -> [(key, value)]: verdicts, unique / duplicate, clusters
+        # counted once the batch's output goes out: a batch decided again without its moved
+        # messages (below) does not count the first pass
+        tally: Counter[str] = Counter()
+        shown: Counter[tuple[str, str, str]] = Counter()  # verdicts by metric labels
         for ev, msg in batch:
             if stopping:
                 return False
@@ -917,7 +921,7 @@ def build_app(settings: Settings) -> faust.App:
                     m = ToDecide.from_item(item)
                     if poison_stage:
                         injected_poison("decide", m.id)
-                    counts[f"decide.{m.kind}"] += 1
+                    tally[f"decide.{m.kind}"] += 1
                     t0 = time.perf_counter()
                     v = decide.apply(m)
                     decide_s.observe(time.perf_counter() - t0)
@@ -925,19 +929,16 @@ def build_app(settings: Settings) -> faust.App:
                     to_decide(out, decide.outbox)
                     if decide.cluster is not None:
                         c = decide.cluster
-                        counts["clusters"] += 1
-                        metrics.clusters.inc()
+                        tally["clusters"] += 1
                         records.setdefault(clusters, []).append(
                             (c.id.encode("utf-8", "surrogatepass"), json_record(c.to_dict())))
                     if v is not None:
                         key = v.id.encode("utf-8", "surrogatepass")
                         body = json_record(v.to_dict())
-                        counts["verdicts"] += 1
-                        counts["revisions"] += v.revision > 0
-                        counts[f"verdict.{v.verdict}" + (f".{v.match}" if v.match else "")] += 1
-                        metrics.verdict(v.verdict, v.match or "", v.detector or "").inc()
-                        if v.revision > 0:
-                            metrics.revisions.inc()
+                        tally["verdicts"] += 1
+                        tally["revisions"] += v.revision > 0
+                        tally[f"verdict.{v.verdict}" + (f".{v.match}" if v.match else "")] += 1
+                        shown[(v.verdict, v.match or "", v.detector or "")] += 1
                         records.setdefault(verdicts, []).append((key, body))
                         records.setdefault(unique if v.verdict == "unique" else duplicate, []).append((key, body))
                     if m.kind in ("join", "leave"):
@@ -953,6 +954,11 @@ def build_app(settings: Settings) -> faust.App:
                 decide_data.discard()
                 return await decide_batch(kept) if kept else True
             rebalances = app.rebalancing_count
+        counts.update(tally)
+        metrics.clusters.inc(tally["clusters"])
+        metrics.revisions.inc(tally["revisions"])
+        for labels, k in shown.items():
+            metrics.verdict(*labels).inc(k)
         futs = await send_batches(out, records)
         if futs:
             # wait, not gather: a cancelled agent must not cancel the producer's batch futures

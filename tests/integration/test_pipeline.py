@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from pathlib import Path
 
@@ -181,10 +182,16 @@ def test_a_batch_in_hand_when_its_partitions_move_is_left_to_their_new_owner(kaf
     try:
         workers.start("w0", STREAM_DEDUP_WORKER__INJECT_DELAY=f"{stage}:0.05:60")
         got, dlq = run_and_collect(kafka_settings, events, timeout=600, during=join_while_busy)
+        time.sleep(12)  # a counts line (every 10 s) after the last verdict
     finally:
         workers.stop_all()
     w0_log = (tmp_path / "w0.log").read_text(errors="replace")
     assert f"{left}: a rebalance moved their partitions away" in w0_log, workers.notable()
+    # a batch decided again without its moved messages counts only the pass whose verdicts went out
+    published = read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: False, timeout=30, idle=2)
+    counted = [json.loads(re.findall(r"\[INFO\] counts (\{.*\})", log)[-1]).get("verdicts", 0)
+               for log in (w0_log, (tmp_path / "w1.log").read_text(errors="replace"))]
+    assert sum(counted) == len(published), (counted, len(published), workers.notable())
     check(kafka_settings, events, got, dlq, workers)
     check_clusters(kafka_settings, events, workers)
 
