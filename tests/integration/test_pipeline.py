@@ -188,10 +188,12 @@ def test_a_batch_in_hand_when_its_partitions_move_is_left_to_their_new_owner(kaf
     w0_log = (tmp_path / "w0.log").read_text(errors="replace")
     assert f"{left}: a rebalance moved their partitions away" in w0_log, workers.notable()
     # a batch decided again without its moved messages counts only the pass whose verdicts went out
+    # (a worker that restarted starts its counts afresh: then only "not more than published")
     published = read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: False, timeout=30, idle=2)
     counted = [json.loads(re.findall(r"\[INFO\] counts (\{.*\})", log)[-1]).get("verdicts", 0)
                for log in (w0_log, (tmp_path / "w1.log").read_text(errors="replace"))]
-    assert sum(counted) == len(published), (counted, len(published), workers.notable())
+    assert sum(counted) <= len(published), (counted, len(published), workers.notable())
+    assert workers.restarts or sum(counted) == len(published), (counted, len(published), workers.notable())
     check(kafka_settings, events, got, dlq, workers)
     check_clusters(kafka_settings, events, workers)
 
