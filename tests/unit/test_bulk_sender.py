@@ -12,7 +12,6 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import TopicPartition
-
 from rocksdict import Options, Rdict
 
 from stream_dedup.stream.changelog import BulkSender, TableMapping
@@ -114,9 +113,10 @@ class _Table:
 
 
 def test_a_table_drops_the_changelog_records_of_the_partitions_it_is_told_and_sends_the_rest(tmp_path):
-    """What the index and decide agents do with a batch whose partitions partly moved away: the
-    moved partitions' records are not sent (their new owner's would otherwise be followed by these),
-    the others' are, and the local RocksDB writes stay (a replay writes the same bytes)."""
+    """What the index agent does with its exact store's records when a batch's partitions partly
+    moved away (decide drops its states before they reach the table): the moved partitions' records
+    are not sent (their new owner's would otherwise be followed by these), the others' are, and the
+    local RocksDB writes stay (a replay writes the same bytes)."""
     async def run():
         p = producer()
         table = _Table(tmp_path)
