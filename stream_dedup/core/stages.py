@@ -42,7 +42,7 @@ from .exact import ExactStore
 from .idf import load_idf
 from .index import BucketIndex
 from .tokenize import WordTokenizer
-from .verdict import MAX_MEMBERS, Candidate, Cluster, DocState, Verdict
+from .verdict import Candidate, Cluster, DocState, Verdict
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -654,15 +654,9 @@ class DecideStage:
         mid, mts, mrank = msg.member
         old = st.cluster()
         if msg.kind == "join":
-            if mid not in st.members:
-                if len(st.members) < MAX_MEMBERS:
-                    st.members[mid] = [mts, mrank]
-                else:
-                    st.extra += 1  # a campaign beyond MAX_MEMBERS: counted, not kept (replays may recount)
-        elif mid in st.members:
-            del st.members[mid]
-        elif st.extra:
-            st.extra -= 1
+            st.join(mid, mts, mrank)
+        else:
+            st.leave(mid)
         new = st.cluster()
         if (new.size, new.canonical) != (old.size, old.canonical):
             self.cluster = new

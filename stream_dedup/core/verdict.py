@@ -14,6 +14,8 @@ be applied twice with no effect the second time.
 """
 from __future__ import annotations
 
+import bisect
+import heapq
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +79,12 @@ class DocState:
     members: dict[str, list] = field(default_factory=dict)  # duplicate id -> [ts, rank] (see Cluster)
     extra: int = 0  # members beyond MAX_MEMBERS, counted only
     snippet: str = ""  # start of the text, for cluster records
+    # What ``cluster`` needs of ``members``, kept up to date by ``join`` and ``leave`` and rebuilt
+    # when None (a state read back from the store, or a leave of one of them); never stored. Why:
+    # recomputed per call, a campaign's original (up to MAX_MEMBERS members, every copy a join)
+    # spent half of ``scan``'s time in ``cluster`` (``bench/HISTORY.md``, forty-eighth stop).
+    _top: tuple | None = field(default=None, init=False, repr=False, compare=False)  # the members' best _canon_key
+    _first: list[tuple[int, str]] | None = field(default=None, init=False, repr=False, compare=False)  # SAMPLE earliest
 
     @property
     def complete(self) -> bool:
@@ -113,15 +121,45 @@ class DocState:
         v.revision = self.revision
         return v
 
+    def join(self, mid: str, ts: int, rank: float | None) -> None:
+        """A duplicate names this document as its original (a replayed join changes nothing)."""
+        if mid in self.members:
+            return
+        if len(self.members) >= MAX_MEMBERS:
+            self.extra += 1  # a campaign beyond MAX_MEMBERS: counted, not kept (replays may recount)
+            return
+        self.members[mid] = [ts, rank]
+        if self._top is not None:
+            self._top = min(self._top, _canon_key(mid, ts, rank))
+        if self._first is not None and (len(self._first) < SAMPLE or (ts, mid) < self._first[-1]):
+            bisect.insort(self._first, (ts, mid))
+            del self._first[SAMPLE:]
+
+    def leave(self, mid: str) -> None:
+        """A duplicate's verdict no longer names this document."""
+        m = self.members.pop(mid, None)
+        if m is None:
+            if self.extra:
+                self.extra -= 1
+            return
+        if self._top is not None and self._top[2] == mid:
+            self._top = None
+        if self._first is not None and (m[0], mid) in self._first:
+            self._first = None
+
     def cluster(self) -> "Cluster":
-        everyone = dict(self.members)
-        if self.ts is not None:
-            everyone[self.id] = [self.ts, self.rank]
         # canonical: the highest rank; without ranks (or on ties) the earliest, i.e. the original
-        canonical = min(everyone, key=lambda i: (-(everyone[i][1] if everyone[i][1] is not None else float("-inf")),
-                                                 everyone[i][0], i)) if everyone else self.id
-        sample = sorted(self.members, key=lambda i: (self.members[i][0], i))[:10]
-        return Cluster(self.id, 1 + len(self.members) + self.extra, canonical, sample, self.ts, self.snippet)
+        if self.members and self._top is None:
+            self._top = min(_canon_key(i, m[0], m[1]) for i, m in self.members.items())
+        if self._first is None:
+            self._first = heapq.nsmallest(SAMPLE, ((m[0], i) for i, m in self.members.items()))
+        best = self._top if self.members else None
+        if self.ts is not None:
+            me = _canon_key(self.id, self.ts, self.rank)
+            best = me if best is None else min(best, me)
+        canonical = best[2] if best is not None else self.id
+        return Cluster(self.id, 1 + len(self.members) + self.extra, canonical, [i for _, i in self._first],
+                       self.ts, self.snippet)
 
     # --- persistence (decide's state store / changelog)
     def to_json(self) -> dict[str, Any]:
@@ -161,6 +199,12 @@ class DocState:
 
 
 MAX_MEMBERS = 256
+SAMPLE = 10  # members a cluster record names
+
+
+def _canon_key(ident: str, ts: int, rank: float | None) -> tuple[float, int, str]:
+    """Smallest wins the canonical page: the highest rank, then the earliest (ts, id)."""
+    return (-(rank if rank is not None else float("-inf")), ts, ident)
 
 
 @dataclass

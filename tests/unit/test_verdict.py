@@ -1,0 +1,61 @@
+"""An original's cluster record, kept up to date join by join, against the rule computed afresh."""
+import random
+
+import pytest
+
+from stream_dedup.core.verdict import MAX_MEMBERS, SAMPLE, Cluster, DocState
+
+
+def afresh(st: DocState) -> Cluster:
+    """The rule as written before ``join`` and ``leave`` kept it: every member looked at each time."""
+    everyone = dict(st.members)
+    if st.ts is not None:
+        everyone[st.id] = [st.ts, st.rank]
+    canonical = min(everyone, key=lambda i: (-(everyone[i][1] if everyone[i][1] is not None else float("-inf")),
+                                             everyone[i][0], i)) if everyone else st.id
+    sample = sorted(st.members, key=lambda i: (st.members[i][0], i))[:SAMPLE]
+    return Cluster(st.id, 1 + len(st.members) + st.extra, canonical, sample, st.ts, st.snippet)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_joins_and_leaves_keep_the_cluster_record_the_rule_gives(seed):
+    """Random joins (some replayed, some past MAX_MEMBERS), leaves (often of the canonical page or of
+    a sampled member), ranks with ties, and the state read back from its wire form in between."""
+    rng = random.Random(seed)
+    st = DocState("orig", ts=rng.choice([None, 500]), rank=rng.choice([None, 2.0]))
+    joined: list[str] = []
+    full = canonical_left = 0  # how often the cases that need care came up
+    for step in range(1500):
+        r = rng.random()
+        if r < 0.75 or not joined:
+            mid = f"m{rng.randrange(1000)}"
+            rank = rng.choice([None, None, 1.0, 2.0, 3.0])
+            st.join(mid, rng.randrange(400, 600), rank)
+            joined.append(mid)
+        elif r < 0.88:  # the canonical page or a sampled member leaves: what the kept summary must notice
+            cur = st.cluster()
+            gone = rng.choice([cur.canonical, *cur.members] if cur.members else joined)
+            canonical_left += gone == cur.canonical != st.id and gone in st.members
+            st.leave(gone)
+        elif r < 0.97:
+            st.leave(rng.choice(joined))
+        else:
+            st = DocState.from_wire(st.to_wire())  # a state read back knows nothing of its summary
+        if step % 7 == 0 and st.ts is None:
+            st.ts, st.rank = 450, rng.choice([None, 2.0])
+        assert st.cluster() == afresh(st), f"step {step}"
+        full += st.extra > 0
+    assert full and canonical_left
+
+
+def test_a_campaign_past_the_member_limit_is_counted_and_its_sample_stays_the_earliest():
+    st = DocState("orig", ts=0)
+    for i in range(MAX_MEMBERS + 50):
+        st.join(f"c{i:04d}", 1000 - i, None)  # each copy earlier than the last (arrival order is not ts order)
+    c = st.cluster()
+    assert c.size == 1 + MAX_MEMBERS + 50 and c.canonical == "orig"
+    assert c.members == [f"c{i:04d}" for i in range(MAX_MEMBERS - 1, MAX_MEMBERS - 1 - SAMPLE, -1)]
+    st.leave("c9999")  # not kept: one of the 50 counted only
+    assert st.cluster().size == MAX_MEMBERS + 50
+    st.leave(c.members[0])
+    assert st.cluster() == afresh(st) and st.cluster().members[0] == c.members[1]
