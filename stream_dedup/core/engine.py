@@ -68,6 +68,11 @@ class Engine:
         # the oldest event time in the exact and near stores, or a bound below it: none in fresh
         # stores, unknown in a kept --state folder's (its first expire sweeps)
         self._floor: float = float("-inf") if self.exact_kv.on_disk or self.index_kv.on_disk else float("inf")
+        # Whether the id check has seen every id the buckets hold: fresh buckets, and an id check that
+        # never forgets. Then an id new to the check is new to the buckets, and an insert need not
+        # look for an old entry of it (``merge_entry``'s ``new_id``). A kept --state folder's buckets
+        # hold ids of earlier runs, and a ``Deduper`` forgets ids on its own clock.
+        self._all_ids_known = forget_after is None and not self.index_kv.on_disk
         self._since_expire = 0
 
     def process(self, raw: bytes | str | dict, default_ts: int | None = None) -> list[Verdict]:
@@ -83,7 +88,8 @@ class Engine:
         """The stateful half of ``process``, for a document prepared here or in another process
         (``scan --jobs``: preparing is pure and most of the work, so it spreads over cores while the
         stores see documents one at a time, in input order, as here)."""
-        if admit_id(self.digests.get(prepared.id), prepared):
+        new_id = admit_id(self.digests.get(prepared.id), prepared)
+        if new_id:
             self.digests[prepared.id] = prepared.digest
             # an id new to the run has no verdict state: saying so spares the decide stage a look
             # in the spilled ones (a RocksDB miss, several µs)
@@ -92,7 +98,7 @@ class Engine:
         fingerprint, probes = fan_out(prepared, 1)
         msgs, _ = exact_stage(self.exact, fingerprint, 1)
         for probe in probes:
-            msgs += self.index.process(probe)
+            msgs += self.index.process(probe, new_id=new_id and self._all_ids_known)
         queue = list(reversed(msgs))
         while queue:
             v = self.decide.apply(queue.pop())

@@ -502,14 +502,16 @@ class IndexStage:
         self.priority = {d.code: i for i, d in enumerate(dets)}
         self.candidates = 0
 
-    def process(self, probe: Probe, *, late: bool = True) -> list[ToDecide]:
+    def process(self, probe: Probe, *, late: bool = True, new_id: bool = False) -> list[ToDecide]:
+        """``new_id``: no bucket holds an entry of the probe's id (``BucketIndex.probe_insert``)."""
         best: Candidate | None = None
         msgs: list[ToDecide] = []
         for code, keys, payload in probe.entries:
             det = self.by_code.get(code)
             if det is None:
                 raise ValueError(f"probe for detector code {code} that this worker does not run")
-            res = self.index.probe_insert(code, probe.id, probe.ts, payload, keys, det.verify, late=late)
+            res = self.index.probe_insert(code, probe.id, probe.ts, payload, keys, det.verify, late=late,
+                                          new_id=new_id)
             self.candidates += res.candidates
             if res.earliest is not None:
                 f = res.earliest

@@ -302,3 +302,42 @@ def test_expire_walks_the_stores_only_when_an_entry_can_be_older_than_the_window
         e.process({"id": "p", "text": "一条新的新闻，今天的会议讨论了预算。", "ts": 1900})
         e.process({"id": "q", "text": "又一条新的新闻，会议通过了决议。", "ts": 1950})
         assert walks == [950]
+
+
+def test_an_insert_skips_looking_for_its_id_only_where_every_indexed_id_is_known(tmp_path):
+    """A fresh run knows every id its buckets hold, so an id new to its id check is new to them and
+    an insert does not look for an old entry of it (a campaign's buckets hold hundreds of entries):
+    the stores end byte for byte as when every insert looks. Over a kept --state folder the buckets
+    hold an earlier run's ids that the new run's id check has not seen: the same pages crawled again
+    under the same ids, later, must replace their old entries, not add second ones."""
+    from stream_dedup.core.index import unpack_entries
+    from stream_dedup.core.store import KVStore
+
+    settings = load_settings(environ={})
+    base = "【某某银行】尊敬的客户，您的信用卡积分即将清零，请于本周内登录网上银行兑换礼品，详询客服热线。"
+    start = max(ev["ts"] for ev in events())
+    campaign = [{"id": f"c{i}", "text": base + f"编号{i}" * (i % 3), "ts": start + 1000 + i} for i in range(40)]
+    evs = events() + campaign
+
+    def stores(folder: Path, evs: list[dict], looks: bool) -> tuple[dict, dict]:
+        with Engine(settings, folder) as e:
+            if looks:
+                e._all_ids_known = False
+            verdicts = {v.id: v.to_dict() for ev in evs for v in e.process(ev)}
+        kv = KVStore(folder / "index")
+        try:
+            return dict(kv.items()), verdicts
+        finally:
+            kv.close()
+
+    skipped, v1 = stores(tmp_path / "skips", evs, looks=False)
+    looked, v2 = stores(tmp_path / "looks", evs, looks=True)
+    assert skipped == looked and v1 == v2
+    assert sum(len(unpack_entries(b)) > 20 for k, b in skipped.items() if k[:1] == b"B")
+
+    later = [{**ev, "ts": ev["ts"] + 10_000} for ev in evs]  # the same ids crawled again
+    after, _ = stores(tmp_path / "skips", later, looks=False)
+    twice = [k for k, b in after.items() if k[:1] == b"B" and len({e[1] for e in unpack_entries(b)}) < len(unpack_entries(b))]
+    assert not twice, f"{len(twice)} buckets hold an id twice"
+    assert sum(len(unpack_entries(b)) for k, b in after.items() if k[:1] == b"B") == \
+        sum(len(unpack_entries(b)) for k, b in skipped.items() if k[:1] == b"B")
