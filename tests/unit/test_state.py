@@ -66,7 +66,9 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
     shortcuts and without them (``all_before`` answering False, as for a bucket with no header). The
     stream is mostly in time order, with late arrivals, revisions (an id again, later), replays, long
     buckets over a small cap and a window that expires entries. The third run starts over buckets
-    rewritten without headers, as stored before the header existed: the same answers."""
+    rewritten without headers, as stored before the header existed: the same answers. The fourth
+    tells each insert whether its id is new to the stream (``new_id``, as ``scan`` does): the same
+    answers and bytes, though those inserts no longer look for the id in their buckets."""
     import random
 
     from stream_dedup.core import exact as exact_mod
@@ -87,24 +89,25 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
     shortcuts = []
     real_all_before, real_merge = index_mod.all_before, index_mod.merge_entry
 
-    def full_merge(raw, entry, cutoff, cap, packed=None):  # merge_entry without its shortcuts
+    def full_merge(raw, entry, cutoff, cap, packed=None, new_id=False):  # merge_entry without its shortcuts
         es = [e for e in unpack_entries(raw) if e[0] >= cutoff and e[1] != entry[1]] if raw else []
         return index_mod.pack_entries(sorted(es + [entry], key=lambda e: (e[0], e[1]))[:cap])
 
-    def run(legacy: bool = False, with_shortcuts: bool = True):
+    def run(legacy: bool = False, with_shortcuts: bool = True, hint: bool = False):
         for mod in (index_mod, exact_mod):
             monkeypatch.setattr(mod, "all_before", real_all_before if with_shortcuts else lambda raw, me: False)
             monkeypatch.setattr(mod, "merge_entry", real_merge if with_shortcuts else full_merge)
         idx = BucketIndex({}, window=1_500, max_bucket=25)
         ex = ExactStore({}, window=1_500, max_members=25, bloom_capacity=10_000)
-        answers = []
+        answers, seen = [], set()
         for n, (ident, when, payload, keys) in enumerate(stream):
             if legacy and n == len(stream) // 2:  # strip every header
                 for store in (idx.data, ex.data):
                     for k, v in list(store.items()):
                         if v[:1] == b"\x80":
                             store[k] = b"".join(index_mod.pack_entry(e) for e in unpack_entries(v))
-            r = idx.probe_insert(1, ident, when, payload, keys, same)
+            r = idx.probe_insert(1, ident, when, payload, keys, same, new_id=hint and ident not in seen)
+            seen.add(ident)
             o = ex.process(payload[:1].ljust(16, b"."), when, ident)
             answers.append((r.earliest and (r.earliest.ts, r.earliest.id), [(f.ts, f.id) for f in r.later],
                             r.candidates, o.first, o.original, o.revise))
@@ -118,6 +121,8 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
     assert fast == slow and fast_bytes == slow_bytes
     old, _, old_contents = run(legacy=True)
     assert old == fast and old_contents == fast_contents
+    told, told_bytes, _ = run(hint=True)
+    assert told == fast and told_bytes == fast_bytes
     assert max(shortcuts) > 20  # buckets with headers were there to take the shortcuts
     assert sum(a[0] is not None for a in fast) > 500 and sum(bool(a[1]) for a in fast) > 20
     assert sum(a[4] is not None for a in fast) > 500 and sum(bool(a[5]) for a in fast) > 20
