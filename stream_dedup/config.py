@@ -144,6 +144,11 @@ class EngineSettings(_Section):
     docs_in_memory: Annotated[int, Meta(ge=1, description="scan and the Python API: documents whose verdict state "
                               "and id check are kept as objects (about 1 KB each); older ones go to a RocksDB folder of "
                               "the run's, so memory does not grow with the input (the workers keep theirs in tables)")] = 100_000
+    max_bucket: Annotated[int, Meta(ge=1, description="most entries a near-duplicate bucket keeps (its earliest): a full bucket takes no "
+                          "new document and is not rewritten. Every other write rewrites the whole bucket (in the workers, a "
+                          "changelog record), so a campaign's copies cost more each up to this size: lower it for SMS "
+                          "gateways (bench/campaign.py), keeping it well above the documents in a window / 65,536 with "
+                          "4x16 SimHash bands, whose buckets fill by chance; every worker must use the same value")] = 1000
 
 
 class WorkerSettings(_Section):

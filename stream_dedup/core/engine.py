@@ -53,7 +53,8 @@ class Engine:
         self.exact = ExactStore(self.exact_kv, self.window, bloom_capacity=capacity,
                                 bloom_fp_rate=settings.engine.bloom_fp_rate, prefault=False)
         self.exact.rebuild_bloom()  # a kept --state folder: the filter comes back from the store
-        self.index = IndexStage(BucketIndex(self.index_kv, window=self.window), self.preparer.detectors)
+        self.index = IndexStage(BucketIndex(self.index_kv, window=self.window, max_bucket=settings.engine.max_bucket),
+                                self.preparer.detectors)
         # Per document: its verdict state and its first content's digest (the id check). The newest
         # are objects in memory, older ones go to a RocksDB folder opened when the first ones leave
         # memory (``Tiered``), so memory does not grow with the input. This run's own: a kept --state

@@ -277,7 +277,8 @@ def build_app(settings: Settings) -> faust.App:
     # decide: the write-back holds DocState objects, so a document's state is decoded and encoded
     # once per batch however many of its answers the batch brings
     decide_data = WriteBack(DocStates(decide_map), tag=current_event, scope=event_partition)
-    index_stage = IndexStage(BucketIndex(index_data, window=window), preparer.detectors)
+    index_stage = IndexStage(BucketIndex(index_data, window=window, max_bucket=settings.engine.max_bucket),
+                             preparer.detectors)
     decide = DecideStage(decide_data)
     counts: Counter[str] = Counter()
     metrics = Metrics()

@@ -304,6 +304,13 @@ def test_expire_walks_the_stores_only_when_an_entry_can_be_older_than_the_window
         assert walks == [950]
 
 
+def campaign(n: int = 40) -> list[dict]:
+    """An SMS campaign after the sample: exact copies and copies with a number added, in order."""
+    base = "【某某银行】尊敬的客户，您的信用卡积分即将清零，请于本周内登录网上银行兑换礼品，详询客服热线。"
+    start = max(ev["ts"] for ev in events())
+    return [{"id": f"c{i}", "text": base + f"编号{i}" * (i % 3), "ts": start + 1000 + i} for i in range(n)]
+
+
 def test_an_insert_skips_looking_for_its_id_only_where_every_indexed_id_is_known(tmp_path):
     """A fresh run knows every id its buckets hold, so an id new to its id check is new to them and
     an insert does not look for an old entry of it (a campaign's buckets hold hundreds of entries):
@@ -314,10 +321,7 @@ def test_an_insert_skips_looking_for_its_id_only_where_every_indexed_id_is_known
     from stream_dedup.core.store import KVStore
 
     settings = load_settings(environ={})
-    base = "【某某银行】尊敬的客户，您的信用卡积分即将清零，请于本周内登录网上银行兑换礼品，详询客服热线。"
-    start = max(ev["ts"] for ev in events())
-    campaign = [{"id": f"c{i}", "text": base + f"编号{i}" * (i % 3), "ts": start + 1000 + i} for i in range(40)]
-    evs = events() + campaign
+    evs = events() + campaign()
 
     def stores(folder: Path, evs: list[dict], looks: bool) -> tuple[dict, dict]:
         with Engine(settings, folder) as e:
@@ -341,3 +345,26 @@ def test_an_insert_skips_looking_for_its_id_only_where_every_indexed_id_is_known
     assert not twice, f"{len(twice)} buckets hold an id twice"
     assert sum(len(unpack_entries(b)) for k, b in after.items() if k[:1] == b"B") == \
         sum(len(unpack_entries(b)) for k, b in skipped.items() if k[:1] == b"B")
+
+
+def test_max_bucket_bounds_every_bucket_and_a_campaign_still_finds_its_original(tmp_path):
+    """``engine.max_bucket``: no bucket keeps more entries, and the copies past it, left out of
+    their full buckets, still find the campaign's first message there (the earliest entries stay),
+    so every verdict is the one of the default, larger buckets."""
+    from stream_dedup.core.index import unpack_entries
+    from stream_dedup.core.store import KVStore
+
+    def run(folder: Path, environ: dict) -> tuple[list[int], dict]:
+        with Engine(load_settings(environ=environ), folder) as e:
+            verdicts = {v.id: v.to_dict() for ev in events() + campaign() for v in e.process(ev)}
+        kv = KVStore(folder / "index")
+        try:
+            return [len(unpack_entries(b)) for k, b in kv.items() if k[:1] == b"B"], verdicts
+        finally:
+            kv.close()
+
+    sizes, capped = run(tmp_path / "capped", {"STREAM_DEDUP_ENGINE__MAX_BUCKET": "8"})
+    default_sizes, default = run(tmp_path / "default", {})
+    assert max(default_sizes) > 8 and max(sizes) == 8
+    assert capped == default
+    assert {default[f"c{i}"]["duplicate_of"] for i in range(1, 40)} == {"c0"}
