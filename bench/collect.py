@@ -12,10 +12,11 @@ import re
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ORDER = ["quality", "html_quality", "fingerprint", "scan_vs_jieba", "scan_memory", "sweep_memory", "deduper_disk",
+ORDER = ["quality", "html_quality", "fingerprint", "scan_vs_jieba", "campaign", "scan_memory", "sweep_memory", "deduper_disk",
          "stages", "instructions", "segmenters", "index_scale", "kafka_e2e", "kafka_profile", "status_scale"]
 TITLES = {"quality": "Quality and speed vs peers (development benchmark)", "fingerprint": "Fingerprint math vs peers",
           "scan_vs_jieba": "scan vs raw jieba segmentation", "index_scale": "Index scaling",
+          "campaign": "A spam campaign: a few SMS sent over and over, against the peers' index loops",
           "scan_memory": "scan's memory as the input grows, against a peer's index loop",
           "sweep_memory": "One sweep of scan's news index: memory and time as the store grows, "
                           "and with copies sharing buckets",
@@ -33,7 +34,8 @@ COMMANDS = {"quality": "python bench/quality.py", "fingerprint": "python bench/f
             "segmenters": "python bench/segmenters.py", "stages": "python bench/stages.py",
             "instructions": "python bench/instructions.py", "kafka_profile": "python bench/kafka_e2e.py",
             "status_scale": "python bench/status_scale.py", "scan_memory": "python bench/scan_memory.py",
-            "deduper_disk": "python bench/deduper_disk.py", "sweep_memory": "python bench/sweep_memory.py"}
+            "deduper_disk": "python bench/deduper_disk.py", "sweep_memory": "python bench/sweep_memory.py",
+            "campaign": "python bench/campaign.py"}
 
 
 def base_of(name: str) -> str:
