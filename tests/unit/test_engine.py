@@ -311,60 +311,59 @@ def campaign(n: int = 40) -> list[dict]:
     return [{"id": f"c{i}", "text": base + f"编号{i}" * (i % 3), "ts": start + 1000 + i} for i in range(n)]
 
 
+def run_and_read_index(settings, folder: Path, evs: list[dict], *, looks: bool = False) -> tuple[dict, dict]:
+    """The final verdicts of ``evs`` through an Engine over ``folder``, and then every key and value
+    of its index store, read back from the RocksDB files (``looks``: every insert searches its
+    buckets for an old entry of its id, as where the engine cannot know the id is new)."""
+    from stream_dedup.core.store import KVStore
+
+    with Engine(settings, folder) as e:
+        if looks:
+            e._all_ids_known = False
+        verdicts = {v.id: v.to_dict() for ev in evs for v in e.process(ev)}
+    kv = KVStore(folder / "index")
+    try:
+        return dict(kv.items()), verdicts
+    finally:
+        kv.close()
+
+
+def buckets(items: dict) -> list[list]:
+    """The decoded entries of each bucket among an index store's keys and values."""
+    from stream_dedup.core.index import unpack_entries
+
+    return [unpack_entries(b) for k, b in items.items() if k[:1] == b"B"]
+
+
 def test_an_insert_skips_looking_for_its_id_only_where_every_indexed_id_is_known(tmp_path):
     """A fresh run knows every id its buckets hold, so an id new to its id check is new to them and
     an insert does not look for an old entry of it (a campaign's buckets hold hundreds of entries):
     the stores end byte for byte as when every insert looks. Over a kept --state folder the buckets
     hold an earlier run's ids that the new run's id check has not seen: the same pages crawled again
     under the same ids, later, must replace their old entries, not add second ones."""
-    from stream_dedup.core.index import unpack_entries
-    from stream_dedup.core.store import KVStore
-
     settings = load_settings(environ={})
     evs = events() + campaign()
 
-    def stores(folder: Path, evs: list[dict], looks: bool) -> tuple[dict, dict]:
-        with Engine(settings, folder) as e:
-            if looks:
-                e._all_ids_known = False
-            verdicts = {v.id: v.to_dict() for ev in evs for v in e.process(ev)}
-        kv = KVStore(folder / "index")
-        try:
-            return dict(kv.items()), verdicts
-        finally:
-            kv.close()
-
-    skipped, v1 = stores(tmp_path / "skips", evs, looks=False)
-    looked, v2 = stores(tmp_path / "looks", evs, looks=True)
+    skipped, v1 = run_and_read_index(settings, tmp_path / "skips", evs)
+    looked, v2 = run_and_read_index(settings, tmp_path / "looks", evs, looks=True)
     assert skipped == looked and v1 == v2
-    assert sum(len(unpack_entries(b)) > 20 for k, b in skipped.items() if k[:1] == b"B")
+    assert sum(len(b) > 20 for b in buckets(skipped))
 
     later = [{**ev, "ts": ev["ts"] + 10_000} for ev in evs]  # the same ids crawled again
-    after, _ = stores(tmp_path / "skips", later, looks=False)
-    twice = [k for k, b in after.items() if k[:1] == b"B" and len({e[1] for e in unpack_entries(b)}) < len(unpack_entries(b))]
+    after, _ = run_and_read_index(settings, tmp_path / "skips", later)
+    twice = [b for b in buckets(after) if len({e[1] for e in b}) < len(b)]
     assert not twice, f"{len(twice)} buckets hold an id twice"
-    assert sum(len(unpack_entries(b)) for k, b in after.items() if k[:1] == b"B") == \
-        sum(len(unpack_entries(b)) for k, b in skipped.items() if k[:1] == b"B")
+    assert sum(map(len, buckets(after))) == sum(map(len, buckets(skipped)))
 
 
 def test_max_bucket_bounds_every_bucket_and_a_campaign_still_finds_its_original(tmp_path):
     """``engine.max_bucket``: no bucket keeps more entries, and the copies past it, left out of
     their full buckets, still find the campaign's first message there (the earliest entries stay),
     so every verdict is the one of the default, larger buckets."""
-    from stream_dedup.core.index import unpack_entries
-    from stream_dedup.core.store import KVStore
-
-    def run(folder: Path, environ: dict) -> tuple[list[int], dict]:
-        with Engine(load_settings(environ=environ), folder) as e:
-            verdicts = {v.id: v.to_dict() for ev in events() + campaign() for v in e.process(ev)}
-        kv = KVStore(folder / "index")
-        try:
-            return [len(unpack_entries(b)) for k, b in kv.items() if k[:1] == b"B"], verdicts
-        finally:
-            kv.close()
-
-    sizes, capped = run(tmp_path / "capped", {"STREAM_DEDUP_ENGINE__MAX_BUCKET": "8"})
-    default_sizes, default = run(tmp_path / "default", {})
-    assert max(default_sizes) > 8 and max(sizes) == 8
+    evs = events() + campaign()
+    items, capped = run_and_read_index(load_settings(environ={"STREAM_DEDUP_ENGINE__MAX_BUCKET": "8"}),
+                                       tmp_path / "capped", evs)
+    default_items, default = run_and_read_index(load_settings(environ={}), tmp_path / "default", evs)
+    assert max(map(len, buckets(default_items))) > 8 and max(map(len, buckets(items))) == 8
     assert capped == default
     assert {default[f"c{i}"]["duplicate_of"] for i in range(1, 40)} == {"c0"}
