@@ -253,9 +253,11 @@ class TableMapping(MutableMapping):
         replayed), or those of ``partitions`` (a rebalance moved them away while the batch was in
         hand; their new owner replays it).
 
-        The local writes stay: every write of the core is idempotent, so replaying the batch over
-        them here after a restart leaves the same bytes, and a partition restored here later reads
-        its changelog over them (the same keys, written again by the replay)."""
+        The local writes stay (the agents' write-back layers hold the exact, index and decide
+        writes until the batch is done, so only the ids table has any): every write of the core is
+        idempotent, so replaying the batch over them here after a restart leaves the same bytes,
+        and a partition restored here later reads its changelog over them (the same keys, written
+        again by the replay: ``admitted`` writes an id's digest even when it is there)."""
         if partitions is None:
             self.queued.clear()
             return

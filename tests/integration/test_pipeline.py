@@ -154,13 +154,13 @@ def test_convergence_with_scan(kafka_settings, tmp_path, stream_events, n_worker
         check_changelogs_hold_the_local_state(kafka_settings, tmp_path / "state-w0")
 
 
-@pytest.mark.parametrize("stage,left", [("decide", "left unpublished"),
-                                        ("index", "answered, their table writes left out")])
-def test_a_batch_in_hand_when_its_partitions_move_is_left_to_their_new_owner(kafka_settings, tmp_path, stage, left):
+@pytest.mark.parametrize("stage", ["decide", "index"])
+def test_a_batch_in_hand_when_its_partitions_move_is_left_to_their_new_owner(kafka_settings, tmp_path, stage):
     """w0's ``stage`` sleeps per item (``worker.inject_delay``), so it holds each batch for seconds,
     and w1 joins while it does: w0 must publish nothing of decide's for the answers partitions that
     moved to w1, and no table writes of index's for the probes partitions (``split_moved``; their
-    new owner replays them), and the outcome must be scan's, clusters included.
+    new owner replays them; the batch is done again without them, or held whole when the
+    rebalance began as its output went out), and the outcome must be scan's, clusters included.
     Without the check w0 went on sending for them after w1 had begun: a late cluster join could
     follow the leave that w1 sent after it, or a bucket's older value end its changelog."""
     kafka_settings.topics.partitions = 6
@@ -186,7 +186,7 @@ def test_a_batch_in_hand_when_its_partitions_move_is_left_to_their_new_owner(kaf
     finally:
         workers.stop_all()
     w0_log = (tmp_path / "w0.log").read_text(errors="replace")
-    assert f"{left}: a rebalance moved their partitions away" in w0_log, workers.notable()
+    assert f"{stage}: a rebalance began while the batch was in hand" in w0_log, workers.notable()
     # a batch decided again without its moved messages counts only the pass whose verdicts went out
     # (a worker that restarted starts its counts afresh: then only "not more than published")
     published = read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: False, timeout=30, idle=2)
@@ -196,6 +196,87 @@ def test_a_batch_in_hand_when_its_partitions_move_is_left_to_their_new_owner(kaf
     assert workers.restarts or sum(counted) == len(published), (counted, len(published), workers.notable())
     check(kafka_settings, events, got, dlq, workers)
     check_clusters(kafka_settings, events, workers)
+
+
+@pytest.mark.parametrize("stage", ["index", "decide"])
+def test_partitions_that_move_away_and_back_while_a_batch_is_in_hand_keep_the_other_owners_writes(
+        kafka_settings, tmp_path, stage):
+    """w0's ``stage`` sleeps per item, so it holds its first batch of the stream's first part for
+    tens of seconds. Meanwhile w1 joins, takes half the partitions, works through them and through
+    the stream's second part, and stops, so its partitions come back to w0, restored with w1's
+    writes; then the third part comes. The batch in hand read the tables before w1's writes: what
+    it computed from them must not land over them (the third part's copies of the second part's
+    documents would miss them), and no batch may read a table while Faust restores it.
+    At the end w0 owns every partition: its RocksDB files must hold what the changelogs restore,
+    and every verdict must be scan's.
+    Without the wait for the restore and the replay of a batch that a rebalance overtook, w0's
+    index batch wrote its buckets as it had read them before w1 came."""
+    kafka_settings.topics.partitions = 6
+    apply(kafka_settings)
+    shared_data("news/thucnews_1000.jsonl")
+    events = labelled_stream(tmp_path, n_news=80, n_sms=320, clustered=True)
+    first, second, third = events[:160], events[160:280], events[280:]
+    workers = Workers(kafka_settings, tmp_path)
+
+    def ready(name: str, times: int = 1) -> None:
+        deadline = time.monotonic() + 120
+        while (tmp_path / f"{name}.log").read_text(errors="replace").count("Worker ready") < times:
+            assert time.monotonic() < deadline, workers.logs()
+            time.sleep(0.5)
+
+    def come_and_go() -> None:
+        time.sleep(5)  # w0 has its first slow batch of the stage in hand
+        workers.start("w1")
+        ready("w1")
+        produce_events(kafka_settings, second)
+        time.sleep(10)  # w1 works through its partitions (no delay there)
+        workers.stop("w1")
+        ready("w0", times=3)  # the partitions are back on w0, restored
+        produce_events(kafka_settings, third)
+
+    try:
+        workers.start("w0", STREAM_DEDUP_WORKER__INJECT_DELAY=f"{stage}:0.05:90")
+        ready("w0")
+        got, dlq = run_and_collect(kafka_settings, first, timeout=600, during=come_and_go, total=len(events))
+    finally:
+        workers.stop_all()
+    check(kafka_settings, events, got, dlq, workers)
+    check_clusters(kafka_settings, events, workers)
+    check_changelogs_hold_the_local_state(kafka_settings, tmp_path / "state-w0")
+    check_buckets_hold_the_engines_entries(kafka_settings, events, tmp_path / "state-w0", tmp_path / "engine")
+    w0_log = (tmp_path / "w0.log").read_text(errors="replace")
+    assert f"{stage}: a rebalance began while the batch was in hand" in w0_log, workers.notable()
+
+
+def check_buckets_hold_the_engines_entries(settings: Settings, events: list[dict], state: Path, folder: Path) -> None:
+    """The worker's index tables (all of its partitions) hold the same (bucket, document) entries as
+    the embedded engine's index after the same events: the verdicts alone do not show an entry lost
+    from some of a document's buckets, since its other keys still find it (the move-and-back test
+    lost 75 of 5,931 entries with every verdict right)."""
+    from stream_dedup.core.index import unpack_entries
+    from stream_dedup.core.store import KVStore
+
+    def entries(items) -> set[tuple[bytes, str]]:
+        return {(k, ident) for k, v in items if k[:1] == b"B" for _, ident, _ in unpack_entries(v)}
+
+    with Engine(settings, folder) as e:
+        for ev in events:
+            e.process(ev)
+    kv = KVStore(folder / "index")
+    try:
+        want = entries(kv.items())
+    finally:
+        kv.close()
+    got: set[tuple[bytes, str]] = set()
+    for path in sorted(state.rglob("index-*.db")):
+        db = Rdict(str(path), options=Options(raw_mode=True), access_type=AccessType.with_ttl(3600))
+        try:
+            got |= entries((k, v) for k, v in db.items() if not k.startswith(b"__faust"))
+        finally:
+            db.close()
+    missing, extra = want - got, got - want
+    assert len(want) > 1000 and not missing and not extra, (
+        len(want), len(missing), sorted({i for _, i in missing})[:10], len(extra), sorted({i for _, i in extra})[:10])
 
 
 def changelog_contents(settings: Settings, topic: str) -> dict[int, dict[bytes, bytes]]:
