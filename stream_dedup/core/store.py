@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import shutil
-from collections.abc import Collection, MutableMapping
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -514,14 +514,9 @@ class WriteBack(MutableMapping):
         self.pending.clear()
         return n
 
-    def discard(self, scopes: Collection[Any] | None = None) -> None:
-        """Drop the pending writes: all of them, or those of ``scopes`` only (the workers drop a
-        batch's writes for partitions that a rebalance moved away while the batch was in hand)."""
-        if scopes is None:
-            self.pending.clear()
-            return
-        for k in [k for k in self.pending if k[0] in scopes]:
-            del self.pending[k]
+    def discard(self) -> None:
+        """Drop the pending writes (the workers' batch that is not done: it is replayed)."""
+        self.pending.clear()
 
     def _write(self, key, value) -> None:
         if value is _DELETED:

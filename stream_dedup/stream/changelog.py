@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, MutableMapping
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Iterable, Iterator
@@ -248,21 +248,16 @@ class TableMapping(MutableMapping):
             if not k.startswith(b"__faust"):
                 yield k, v
 
-    def discard(self, partitions: Collection[int] | None = None) -> None:
-        """Forget the queued records: all of them (the worker is stopping; the batch will be
-        replayed), or those of ``partitions`` (a rebalance moved them away while the batch was in
-        hand; their new owner replays it).
+    def discard(self) -> None:
+        """Forget the queued records: the batch is not done (the worker is stopping, or a
+        rebalance overtook it) and will be replayed.
 
         The local writes stay (the agents' write-back layers hold the exact, index and decide
         writes until the batch is done, so only the ids table has any): every write of the core is
         idempotent, so replaying the batch over them here after a restart leaves the same bytes,
         and a partition restored here later reads its changelog over them (the same keys, written
         again by the replay: ``admitted`` writes an id's digest even when it is there)."""
-        if partitions is None:
-            self.queued.clear()
-            return
-        for part in partitions:
-            self.queued.pop(part, None)
+        self.queued.clear()
 
     async def send(self) -> int:
         """Hand the queued changelog records to the producer; returns how many.

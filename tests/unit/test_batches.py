@@ -178,22 +178,6 @@ def test_write_back_hands_a_bulk_mapping_each_partitions_writes_in_order():
     assert not wb.pending
 
 
-def test_write_back_drops_the_writes_of_the_partitions_it_is_told_and_keeps_the_rest():
-    """What a worker does with a batch whose partitions partly moved away: their writes go, the
-    other partitions' are flushed as usual."""
-    t = Partitioned()
-    wb = WriteBack(t, tag=lambda: t.current, scope=lambda tag: tag)
-    for part in (0, 1, 2):
-        with t.under(part):
-            wb[b"k"] = bytes([part])
-            wb[b"only-%d" % part] = b"x"
-    wb.discard({1, 2})
-    with t.under(1):
-        assert wb.get(b"k") is None
-    wb.flush(around=t.under)
-    assert {p: kv for p, kv in t.parts.items() if kv} == {0: {b"k": b"\x00", b"only-0": b"x"}}
-
-
 def run_batched(events: list[dict], settings, partitions: int, rng: random.Random,
                 table=Partitioned) -> tuple[dict, dict, Counter]:
     """The worker's agents over in-memory partitioned tables and queues, in random batches and order.
