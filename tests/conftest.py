@@ -93,3 +93,21 @@ def kafka_settings(kafka_bootstrap, unique_name):
     t.clusters = f"{unique_name}.clusters"
     s.worker.app_id = unique_name
     return s
+
+
+def run_and_read_index(settings, folder: Path, evs: list[dict], *, looks: bool = False) -> tuple[dict, dict]:
+    """The final verdicts of ``evs`` through an Engine over ``folder``, and then every key and value
+    of its index store, read back from the RocksDB files (``looks``: every insert searches its
+    buckets for an old entry of its id, as where the engine cannot know the id is new)."""
+    from stream_dedup.core.engine import Engine
+    from stream_dedup.core.store import KVStore
+
+    with Engine(settings, folder) as e:
+        if looks:
+            e._all_ids_known = False
+        verdicts = {v.id: v.to_dict() for ev in evs for v in e.process(ev)}
+    kv = KVStore(folder / "index")
+    try:
+        return dict(kv.items()), verdicts
+    finally:
+        kv.close()

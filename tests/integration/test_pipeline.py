@@ -16,7 +16,7 @@ from stream_dedup.kafka_io import consumer
 from stream_dedup.status import wait_drained
 from stream_dedup.topics import apply
 
-from ..conftest import shared_data
+from ..conftest import run_and_read_index, shared_data
 from .pipeline import Workers, key_of, labelled_stream, latest, produce_events, read_all, whereabouts
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -254,19 +254,11 @@ def check_buckets_hold_the_engines_entries(settings: Settings, events: list[dict
     from some of a document's buckets, since its other keys still find it (the move-and-back test
     lost 75 of 5,931 entries with every verdict right)."""
     from stream_dedup.core.index import unpack_entries
-    from stream_dedup.core.store import KVStore
 
     def entries(items) -> set[tuple[bytes, str]]:
         return {(k, ident) for k, v in items if k[:1] == b"B" for _, ident, _ in unpack_entries(v)}
 
-    with Engine(settings, folder) as e:
-        for ev in events:
-            e.process(ev)
-    kv = KVStore(folder / "index")
-    try:
-        want = entries(kv.items())
-    finally:
-        kv.close()
+    want = entries(run_and_read_index(settings, folder, events)[0].items())
     got: set[tuple[bytes, str]] = set()
     for path in sorted(state.rglob("index-*.db")):
         db = Rdict(str(path), options=Options(raw_mode=True), access_type=AccessType.with_ttl(3600))

@@ -11,6 +11,8 @@ from stream_dedup.core.engine import Engine
 from stream_dedup.evaluate import evaluate
 from stream_dedup.scan import run_scan
 
+from ..conftest import run_and_read_index
+
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "sample.jsonl"
 LABELS = REPO / "examples" / "sample_labels.jsonl"
@@ -309,23 +311,6 @@ def campaign(n: int = 40) -> list[dict]:
     base = "【某某银行】尊敬的客户，您的信用卡积分即将清零，请于本周内登录网上银行兑换礼品，详询客服热线。"
     start = max(ev["ts"] for ev in events())
     return [{"id": f"c{i}", "text": base + f"编号{i}" * (i % 3), "ts": start + 1000 + i} for i in range(n)]
-
-
-def run_and_read_index(settings, folder: Path, evs: list[dict], *, looks: bool = False) -> tuple[dict, dict]:
-    """The final verdicts of ``evs`` through an Engine over ``folder``, and then every key and value
-    of its index store, read back from the RocksDB files (``looks``: every insert searches its
-    buckets for an old entry of its id, as where the engine cannot know the id is new)."""
-    from stream_dedup.core.store import KVStore
-
-    with Engine(settings, folder) as e:
-        if looks:
-            e._all_ids_known = False
-        verdicts = {v.id: v.to_dict() for ev in evs for v in e.process(ev)}
-    kv = KVStore(folder / "index")
-    try:
-        return dict(kv.items()), verdicts
-    finally:
-        kv.close()
 
 
 def buckets(items: dict) -> list[list]:
