@@ -146,9 +146,11 @@ class EngineSettings(_Section):
                               "the run's, so memory does not grow with the input (the workers keep theirs in tables)")] = 100_000
     max_bucket: Annotated[int, Meta(ge=1, description="most entries a near-duplicate bucket keeps (its earliest): a full bucket takes no "
                           "new document and is not rewritten. Every other write rewrites the whole bucket (in the workers, a "
-                          "changelog record), so a campaign's copies cost more each up to this size: lower it for SMS "
-                          "gateways (bench/campaign.py), keeping it well above the documents in a window / 65,536 with "
-                          "4x16 SimHash bands, whose buckets fill by chance; every worker must use the same value")] = 1000
+                          "changelog record), so a campaign's copies cost more each up to this size; past its first 32 "
+                          "entries a bucket holds an SMS's payload by reference, so each copy adds its id and 12 bytes "
+                          "(bench/campaign.py: 4.1x datasketch's MinHashLSH at 1000, 4.9x at 100). Keep it well above "
+                          "the documents in a window / 65,536 with 4x16 SimHash bands, whose buckets fill by chance; "
+                          "every worker must use the same value")] = 1000
 
 
 class WorkerSettings(_Section):

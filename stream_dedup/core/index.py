@@ -5,7 +5,8 @@ table partition in the workers, so both drivers run this same code):
 
     B | det(1) | key(8)   ->  packed bucket: entries (ts, id, payload) sorted by (ts, id); from two
                               entries on, after a header: 0x80 | entries(4) | offset of the last(4)
-    P | det(1) | id       ->  payload of a document, when larger than INLINE_MAX bytes (stored once)
+    P | det(1) | id       ->  payload of a document, when larger than INLINE_MAX bytes, or when it
+                              goes into a bucket that already holds INLINE_ENTRIES (stored once)
 
 Why packed buckets rather than one key per entry: a Faust table (with its changelog, restore on
 rebalance and standby replicas) offers get/set/delete only, no prefix scan, and only reads the
@@ -30,10 +31,11 @@ the count. Without the header both decoded the whole bucket, and a campaign's or
 bucket holds up to ``max_bucket`` entries, so each copy cost more than the last: ``scan`` of 100
 THUCNews articles in 300 rounds took 131 s, and 32 s with the header (``bench/HISTORY.md``). What
 still grows with a bucket is copying it to rewrite it, and looking for the id's bytes in it (a
-revision replaces its old entry). A bucket of one entry has no header (an SMS's bucket mostly holds
-one), and a bucket written before the header existed is read as it is and gains one when next
-rewritten: its first byte is a ts's, and no ts within 2^62 of zero, which ``document.validate``
-allows, starts with 0x80.
+revision replaces its old entry); past its first ``INLINE_ENTRIES`` entries it grows by an id and
+a head per document, not a payload (``INLINE_ENTRIES``). A bucket of one entry has no header (an
+SMS's bucket mostly holds one), and a bucket written before the header existed is read as it is
+and gains one when next rewritten: its first byte is a ts's, and no ts within 2^62 of zero, which
+``document.validate`` allows, starts with 0x80.
 """
 from __future__ import annotations
 
@@ -53,6 +55,16 @@ from .detectors.base import Match
 # verified candidate. MinHash signatures (512 bytes) stay under P: a document has 32 band keys and
 # its signature is stored once per partition.
 INLINE_MAX = 320
+# ... but only in a bucket's first entries: from the INLINE_ENTRIES-th entry of a bucket on, a
+# payload of more than REF_FROM bytes goes under P too, and the entry refers to it. Why: a spam
+# campaign's copies fill their buckets with hundreds of entries, each carrying the same ~150-byte
+# payload, and every insert rewrites the whole bucket (in the workers, a changelog record): 600
+# copies made ~100 KB buckets, and writing them took most of ``scan``'s time on
+# ``bench/campaign.py``. By reference the 600th entry costs ~22 bytes, not ~170, and a probe,
+# which verifies from a bucket's earliest entry, reads a payload under P only past the first 32.
+INLINE_ENTRIES = 32
+REF_FROM = 48
+_SMALLEST = INLINE_ENTRIES * 12  # bytes of INLINE_ENTRIES entries at the least (their heads)
 _HEAD = struct.Struct(">qHH")  # ts, id length, inline payload length
 _BUCKET_KEY = struct.Struct(">cBQ")  # b"B" | det(1) | key(8)
 Verify = Callable[[bytes, bytes], Match | None]
@@ -116,6 +128,12 @@ def unpack_entries(data: bytes) -> list[Entry]:
         out.append((ts, ident, data[pos:pos + pl]))
         pos += pl
     return out
+
+
+def count_entries(data: bytes) -> int:
+    """How many entries a packed bucket holds: from the header, or (no header: one entry, or a
+    bucket written before the header existed) by decoding it, as the probe before has."""
+    return _BUCKET_HEAD.unpack_from(data)[1] if data[:1] == _MAGIC else len(_entries(data))
 
 
 def _order(entry: Entry) -> tuple[int, str]:
@@ -422,12 +440,21 @@ class BucketIndex:
             self.watermark = ts
         cutoff = self.watermark - self.window
         inline = payload if len(payload) <= INLINE_MAX else b""
-        if not inline:
+        # the buckets whose entry refers to the payload under P though it is small enough to go
+        # inline: those that already hold INLINE_ENTRIES (see INLINE_ENTRIES), unless full
+        by_ref: set[bytes] = set()
+        if inline and len(inline) > REF_FROM:  # (a bucket of fewer bytes than _SMALLEST has fewer entries)
+            by_ref = {bk for bk, raw in raws.items()
+                      if raw and len(raw) >= _SMALLEST and INLINE_ENTRIES <= count_entries(raw) < self.max_bucket}
+        if not inline or by_ref:  # before the entries that refer to it
             self.data[self.payload_key(det, ident)] = payload
-        me = (ts, ident, inline)
-        packed = pack_entry(me)
+        me, ref = (ts, ident, inline), (ts, ident, b"")
+        packed, packed_ref = pack_entry(me), pack_entry(ref) if by_ref else b""
         for bk, raw in raws.items():
-            new = merge_entry(raw, me, cutoff, self.max_bucket, packed, new_id)
+            if bk in by_ref:
+                new = merge_entry(raw, ref, cutoff, self.max_bucket, packed_ref, new_id)
+            else:
+                new = merge_entry(raw, me, cutoff, self.max_bucket, packed, new_id)
             if new != raw:
                 self.data[bk] = new
             if self.observe is not None:

@@ -158,7 +158,12 @@ class Buffered(MutableMapping):
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.buf: dict[bytes, bytes | None] = {}  # None: deleted
-        self.size = 0  # bytes written to ``buf`` since the last batch (rewrites counted again)
+        # bytes of the keys and values ``buf`` holds. Why not every byte written since the last
+        # batch, as at first (rewrites counted again): a spam campaign rewrites the same few
+        # hundred buckets of up to ~100 KB on every copy, so the buffer went out to RocksDB every few
+        # hundred writes while it held a few MB, and those writes and the reads after them took
+        # about half of ``scan``'s time on ``bench/campaign.py`` (bench/HISTORY.md, fiftieth stop)
+        self.size = 0
         self.on_disk = not store.is_empty()
 
     def get(self, key: bytes, default=None):
@@ -185,9 +190,14 @@ class Buffered(MutableMapping):
         return v
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.size += len(value) - self._held(key)
         self.buf[key] = value
-        self.size += len(key) + len(value)
         self._flush_if_full()
+
+    def _held(self, key: bytes) -> int:
+        """What ``key``'s entry in the buffer counts for now, less its key's bytes if it has none."""
+        old: Any = self.buf.get(key, _MISSING)
+        return -len(key) if old is _MISSING else len(old) if old is not None else 0
 
     def __delitem__(self, key: bytes) -> None:
         if self.get(key) is None:
@@ -201,8 +211,8 @@ class Buffered(MutableMapping):
         Why: a sweep deletes keys it has just walked, millions in a large store. ``pop(key, None)``
         read each one twice (``MutableMapping.pop``, then ``del``), and a delete never wrote the
         buffer out, so a sweep of the news index held every deleted key in it to the end."""
+        self.size -= self._held(key)
         self.buf[key] = None
-        self.size += len(key)
         self._flush_if_full()
 
     def _flush_if_full(self) -> None:

@@ -170,6 +170,45 @@ def test_index_large_payloads_are_stored_once(tmp_path):
     assert idx.probe(3, "b", 2, big, (2,), same).earliest.id == "a"
 
 
+def test_index_a_campaigns_long_bucket_keeps_payloads_inline_only_in_its_first_entries(tmp_path):
+    """A spam campaign's copies share buckets: from the INLINE_ENTRIES-th entry on, an SMS-sized
+    payload goes under P once and the entry refers to it, so the bucket grows by an id and a head
+    per copy, not by a payload. Probes answer the same either way, a full bucket takes nothing
+    (no P either), short payloads stay inline, and a sweep keeps exactly the referenced payloads."""
+    from stream_dedup.core.index import INLINE_ENTRIES, REF_FROM
+
+    kv = KVStore(tmp_path / "i")
+    idx = BucketIndex(kv, window=1_000, max_bucket=INLINE_ENTRIES + 20)
+    sms = ("【某某银行】尊敬的客户，您的积分即将清零，请点击链接兑换礼品，回复TD退订" * 2).encode()
+    assert REF_FROM < len(sms) <= INLINE_MAX
+    for i in range(INLINE_ENTRIES + 30):  # copies: key 1 shared by all, key 2 by every tenth
+        payload = sms if i % 2 == 0 else sms + b" v%d" % i  # exact and near copies
+        r = idx.probe_insert(4, f"c{i}", 100 + i, payload, (1, 2) if i % 10 == 0 else (1,),
+                             lambda a, b: Match(1.0, 0) if a[:len(sms)] == b[:len(sms)] else None)
+        assert i == 0 or r.earliest.id == "c0"
+    entries = unpack_entries(kv[idx.bucket_key(4, 1)])
+    assert len(entries) == INLINE_ENTRIES + 20  # full: c52 on were turned away
+    assert [bool(e[2]) for e in entries] == [True] * INLINE_ENTRIES + [False] * 20
+    by_ref = {e[1] for e in entries if not e[2]}
+    assert {k[2:].decode() for k in kv if k[:1] == b"P"} == by_ref  # no P for those turned away
+    assert all(kv[idx.payload_key(4, e[1])] == (sms if int(e[1][1:]) % 2 == 0 else sms + b" v" + e[1][1:].encode())
+               for e in entries if not e[2])
+    assert all(e[2] for e in unpack_entries(kv[idx.bucket_key(4, 2)]))  # 7 entries: all inline
+    assert len(kv[idx.bucket_key(4, 1)]) < INLINE_ENTRIES * (len(sms) + 30) + 20 * 30
+    # a late document before them all matches entries past the first 32 through their payloads
+    late = idx.probe(4, "late", 50, sms + b" v45", (1,), same)
+    assert [f.id for f in late.later] == ["c45"] and late.earliest is None
+    # short payloads (SimHash's 8 bytes) gain nothing by reference: they stay in the bucket
+    for i in range(INLINE_ENTRIES + 5):
+        idx.insert(1, f"s{i}", 100 + i, b"x" * REF_FROM, (9,))
+    assert all(e[2] for e in unpack_entries(kv[idx.bucket_key(1, 9)]))
+    # the sweep drops the payloads of the entries it drops, keeps the others
+    assert idx.sweep(100 + INLINE_ENTRIES + 10) > 0
+    left = {e[1] for e in unpack_entries(kv[idx.bucket_key(4, 1)]) if not e[2]}
+    assert left == {i for i in by_ref if int(i[1:]) >= INLINE_ENTRIES + 10} and left
+    assert {k[2:].decode() for k in kv if k[:1] == b"P"} == left
+
+
 def test_index_prunes_on_write_and_sweeps(tmp_path):
     kv = KVStore(tmp_path / "i")
     idx = BucketIndex(kv, window=500)
@@ -305,6 +344,7 @@ def test_buffered_store_reads_and_writes_like_the_store_across_its_batches(tmp_p
             keys = [b"k%d" % rng.randrange(200) for _ in range(5)]
             assert buf.get_many(keys) == [ref.get(x) for x in keys]
             assert buf.get(k) == ref.get(k)
+        assert buf.size == sum(len(x) + len(v or b"") for x, v in buf.buf.items())  # what it holds
     assert buf.on_disk and 0 < len(buf.buf) <= 50  # batches went to RocksDB, the latest writes wait
     assert dict(buf.items()) == ref and not buf.buf  # iterating writes the rest first
     assert {k: kv[k] for k in kv} == ref
@@ -322,6 +362,23 @@ def test_buffered_store_bounds_its_memory_by_bytes_and_flushes_into_a_kept_folde
     kv.close()
     again = Buffered(KVStore(tmp_path / "b"))
     assert again.on_disk and again.get(b"x29") == bytes(1_000) and again[b"x0"] == bytes(1_000)
+
+
+def test_buffered_store_counts_what_it_holds_so_rewritten_keys_stay_in_memory(tmp_path):
+    """A spam campaign's copies rewrite the same buckets, each rewrite a little longer: the buffer
+    bounds the bytes it holds, not the bytes written to it, so rewrites of a few keys far beyond
+    ``max_bytes`` in all send nothing to RocksDB, and only new keys' bytes fill it."""
+    from stream_dedup.core.store import Buffered
+
+    buf = Buffered(KVStore(tmp_path / "b"), max_entries=1 << 20, max_bytes=10_000)
+    for i in range(200):  # 200 rewrites of 3 keys, up to 2 KB each: 600 KB written
+        for k in (b"a", b"b", b"c"):
+            buf[k] = bytes(i * 10)
+    buf.delete_blind(b"c")
+    assert not buf.on_disk and buf.size == 2 * (1 + 1990) + 1
+    for i in range(7):  # 7 new keys of 1 KB with the 4 KB held: over 10,000 bytes
+        buf[b"n%d" % i] = bytes(1_000)
+    assert buf.on_disk and buf.get(b"a") == bytes(1990) and buf.get(b"c") is None
 
 
 def test_tiered_answers_like_a_dict_while_its_oldest_values_move_to_rocksdb(tmp_path):
