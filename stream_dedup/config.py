@@ -148,7 +148,7 @@ class EngineSettings(_Section):
                           "new document and is not rewritten. Every other write rewrites the whole bucket (in the workers, a "
                           "changelog record), so a campaign's copies cost more each up to this size; past its first 32 "
                           "entries a bucket holds an SMS's payload by reference, so each copy adds its id and 12 bytes "
-                          "(bench/campaign.py: 4.1x datasketch's MinHashLSH at 1000, 4.9x at 100). Keep it well above "
+                          "(bench/campaign.py: 4.8x datasketch's MinHashLSH at 1000, 5.7x at 100). Keep it well above "
                           "the documents in a window / 65,536 with 4x16 SimHash bands, whose buckets fill by chance; "
                           "every worker must use the same value")] = 1000
 

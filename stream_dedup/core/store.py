@@ -160,9 +160,10 @@ class Buffered(MutableMapping):
         self.buf: dict[bytes, bytes | None] = {}  # None: deleted
         # bytes of the keys and values ``buf`` holds. Why not every byte written since the last
         # batch, as at first (rewrites counted again): a spam campaign rewrites the same few
-        # hundred buckets of up to ~100 KB on every copy, so the buffer went out to RocksDB every few
-        # hundred writes while it held a few MB, and those writes and the reads after them took
-        # about half of ``scan``'s time on ``bench/campaign.py`` (bench/HISTORY.md, fiftieth stop)
+        # hundred buckets on every copy, so the buffer went out to RocksDB every ~350 writes, and
+        # RocksDB's writes and the reads after them were about half of ``scan``'s profile on
+        # ``bench/campaign.py``; counting what it holds took that run from 22.2 to 17.6 s
+        # (bench/HISTORY.md, fiftieth stop)
         self.size = 0
         self.on_disk = not store.is_empty()
 
@@ -195,7 +196,9 @@ class Buffered(MutableMapping):
         self._flush_if_full()
 
     def _held(self, key: bytes) -> int:
-        """What ``key``'s entry in the buffer counts for now, less its key's bytes if it has none."""
+        """What ``key``'s entry in ``size`` counts beside its key: its value's bytes (0 for a
+        tombstone), or minus its key's bytes when the buffer has no entry for it, so that a new
+        entry's key is counted once."""
         old: Any = self.buf.get(key, _MISSING)
         return -len(key) if old is _MISSING else len(old) if old is not None else 0
 

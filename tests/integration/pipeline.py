@@ -130,6 +130,30 @@ class Workers:
         return "\n".join(out)
 
 
+def campaign_stream(templates: int, rounds: int, seed: int = 5) -> list[dict]:
+    """A spam campaign from the shared SMS corpus: ``templates`` spam messages of 30 characters or
+    more, no two starting alike, each sent in every one of ``rounds`` rounds (even rounds exact
+    copies, odd ones with a mark added, as ``bench/campaign.py`` makes them). Event time follows
+    the rounds; arrival order is shuffled within windows of 50, so some copies arrive late."""
+    rng = random.Random(seed)
+    texts: list[str] = []
+    for line in (SHARED / "sms" / "sms_spam_zh.jsonl").read_text(encoding="utf-8").splitlines():
+        d = json.loads(line)
+        text = d["text"].strip()
+        if d.get("label") == 1 and len(text) >= 30 and all(text[:12] != t[:12] for t in texts):
+            texts.append(text)
+            if len(texts) == templates:
+                break
+    events = [{"id": f"t{t}-r{r}", "text": text if r % 2 == 0 else f"{text} 第{r}版",
+               "ts": 1_700_000_000_000 + (r * templates + t) * 1000}
+              for r in range(rounds) for t, text in enumerate(texts)]
+    for i in range(0, len(events), 50):
+        window = events[i:i + 50]
+        rng.shuffle(window)
+        events[i:i + 50] = window
+    return events
+
+
 def labelled_stream(tmp: Path, n_news: int, n_sms: int, seed: int = 11, clustered: bool = False) -> list[dict]:
     """Events from the project's development benchmark (built from ../shared/data), arrival order shuffled
     against event time so that earlier documents often arrive after later ones. ``clustered``: only

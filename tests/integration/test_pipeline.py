@@ -17,7 +17,7 @@ from stream_dedup.status import wait_drained
 from stream_dedup.topics import apply
 
 from ..conftest import run_and_read_index, shared_data
-from .pipeline import Workers, key_of, labelled_stream, latest, produce_events, read_all, whereabouts
+from .pipeline import Workers, campaign_stream, key_of, labelled_stream, latest, produce_events, read_all, whereabouts
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -318,6 +318,46 @@ def check_changelogs_hold_the_local_state(settings: Settings, state: Path) -> No
             assert not differ, (name, part, differ[:3])
             compared += len(local)
     assert compared > 1000, compared
+
+
+def test_a_campaign_fills_buckets_past_their_inline_entries_and_the_worker_stores_them_as_scan_does(
+        kafka_settings, tmp_path):
+    """A spam campaign (20 messages sent 60 times, exact and marked copies, some late) fills its
+    buckets past ``INLINE_ENTRIES``: from there the entries refer to payloads stored once under P,
+    written through the index table and its changelog like every other key. One worker: its
+    verdicts and clusters are scan's, its changelogs restore what its files hold, and its buckets
+    hold the embedded engine's entries, SMS-sized payloads under P among them."""
+    from stream_dedup.core.index import INLINE_ENTRIES, INLINE_MAX, unpack_entries
+
+    kafka_settings.topics.partitions = 6
+    apply(kafka_settings)
+    shared_data("sms/sms_spam_zh.jsonl")
+    events = campaign_stream(templates=20, rounds=60)
+    workers = Workers(kafka_settings, tmp_path)
+    try:
+        workers.start("w0")
+        got, dlq = run_and_collect(kafka_settings, events, timeout=600)
+    finally:
+        workers.stop_all()
+    check(kafka_settings, events, got, dlq, workers)
+    check_clusters(kafka_settings, events, workers)
+    state = tmp_path / "state-w0"
+    check_changelogs_hold_the_local_state(kafka_settings, state)
+    check_buckets_hold_the_engines_entries(kafka_settings, events, state, tmp_path / "engine")
+    # payloads small enough to go inline that are stored under P: those of entries past the 32nd
+    # (MinHash signatures, always under P, are larger)
+    longest, small_payloads = 0, 0
+    for path in sorted(state.rglob("index-*.db")):
+        db = Rdict(str(path), options=Options(raw_mode=True), access_type=AccessType.with_ttl(3600))
+        try:
+            for k, v in db.items():
+                if k[:1] == b"B":
+                    longest = max(longest, len(unpack_entries(v)))
+                elif k[:1] == b"P":
+                    small_payloads += len(v) <= INLINE_MAX
+        finally:
+            db.close()
+    assert longest >= 60 and small_payloads >= 20 * (60 - INLINE_ENTRIES), (longest, small_payloads)
 
 
 def test_rebalance_add_a_worker_then_stop_one(kafka_settings, tmp_path, stream_events):
