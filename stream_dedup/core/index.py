@@ -64,8 +64,8 @@ INLINE_MAX = 320
 # which verifies from a bucket's earliest entry, reads a payload under P only past the first 32.
 INLINE_ENTRIES = 32
 REF_FROM = 48
-_SMALLEST = INLINE_ENTRIES * 12  # bytes of INLINE_ENTRIES entries at the least (their heads)
 _HEAD = struct.Struct(">qHH")  # ts, id length, inline payload length
+_SMALLEST = INLINE_ENTRIES * _HEAD.size  # bytes of INLINE_ENTRIES entries at the least (their heads)
 _BUCKET_KEY = struct.Struct(">cBQ")  # b"B" | det(1) | key(8)
 Verify = Callable[[bytes, bytes], Match | None]
 Entry = tuple[int, str, bytes]  # ts, id, inline payload (b"" when stored under P)
@@ -451,10 +451,8 @@ class BucketIndex:
         me, ref = (ts, ident, inline), (ts, ident, b"")
         packed, packed_ref = pack_entry(me), pack_entry(ref) if by_ref else b""
         for bk, raw in raws.items():
-            if bk in by_ref:
-                new = merge_entry(raw, ref, cutoff, self.max_bucket, packed_ref, new_id)
-            else:
-                new = merge_entry(raw, me, cutoff, self.max_bucket, packed, new_id)
+            entry, packed_entry = (ref, packed_ref) if bk in by_ref else (me, packed)
+            new = merge_entry(raw, entry, cutoff, self.max_bucket, packed_entry, new_id)
             if new != raw:
                 self.data[bk] = new
             if self.observe is not None:
