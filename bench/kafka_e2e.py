@@ -22,6 +22,11 @@ Every configuration runs --repeat times (fresh topics and workers each time; 3 b
 because two runs of the same command differ by up to ±30 % on this machine; the other columns
 and the latency plot come from the run with the median events/s. The embedded rate is the median
 of as many runs.
+"changelog KB/event" is the bytes the run added to the changelog topics' log segments on the
+broker, per event (read from this project's broker's log folder; empty for another broker): a
+changelog record carries a whole bucket, so ``--kinds campaign`` (``bench/campaign.py``'s spam
+campaign, 50 messages sent over and over) writes as many records per SMS as the SMS set and many
+times the bytes.
 The "cores" columns say who used the machine's CPU during the measured run (/proc): the workers,
 the broker and anything else, this script's own Kafka clients, and what stayed idle. "worker CPU
 ms/event" is the workers' CPU per event; "main threads" the part of it on the workers' main threads
@@ -57,6 +62,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, RESULTS, devset, need_shared, read_jsonl, save, settings_for, table  # noqa: E402
 from worker_profile import CpuMeter, Profiler, summary  # noqa: E402
+import campaign  # noqa: E402
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
@@ -176,8 +182,39 @@ def internal_totals(c, prefix: str, partitions: int) -> dict[str, int]:
 
     return {name: sum(c.get_watermark_offsets(TopicPartition(f"{prefix}.{name}", part), timeout=10)[1]
                       for part in range(partitions))
-            for name in ("probes", "answers", "exact-changelog", "index-changelog", "decide-changelog",
-                         "ids-changelog")}
+            for name in INTERNAL}
+
+
+INTERNAL = ("probes", "answers", "exact-changelog", "index-changelog", "decide-changelog", "ids-changelog")
+
+
+def log_folder() -> Path | None:
+    """This project's broker's log folder (``kafka.sh``'s layout), when KAFKA_BOOTSTRAP names it on
+    loopback; None for another broker, whose files this script cannot see."""
+    boot = os.environ.get("KAFKA_BOOTSTRAP", "")
+    host, _, port = boot.rpartition(":")
+    if host not in ("127.0.0.1", "localhost") or not port.isdigit():
+        return None
+    folder = Path(os.environ.get("KAFKA_HOME") or REPO / ".cache" / "kafka") / f"run-{port}" / "log"
+    return folder if folder.is_dir() else None
+
+
+def internal_bytes(prefix: str) -> dict[str, int] | None:
+    """Bytes in the internal topics' log segments (the record batches as the broker stores them),
+    by the names of ``internal_totals``; None where the broker's files are not here.
+
+    Why bytes as well as records: a record of a bucket's changelog is the whole bucket, so a spam
+    campaign, whose buckets hold hundreds of copies, sends the same number of records per SMS as
+    a stream of distinct messages and many times the bytes (``--kinds campaign``)."""
+    folder = log_folder()
+    if folder is None:
+        return None
+    out = dict.fromkeys(INTERNAL, 0)
+    for part in folder.glob(f"{prefix}.*"):
+        name = part.name[len(prefix) + 1:].rpartition("-")[0]
+        if name in out:
+            out[name] += sum(f.stat().st_size for f in part.glob("*.log"))
+    return out
 
 
 def drop_topics(s, prefix: str) -> None:
@@ -218,6 +255,7 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
         wait_until_stable(s, workers)
         warm_up(s, p, c, workers, tmp, prefix)
         before = internal_totals(c, prefix, partitions)  # the run's own messages per event, without the warm-up's
+        bytes_before = internal_bytes(prefix)
         sums_before = worker_sums(ports)
         sent_at: dict[str, float] = {}
         lat: dict[str, float] = {}
@@ -264,6 +302,9 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
         vals = sorted(lat.values())
         after = internal_totals(c, prefix, partitions)
         per_event = {name: round((after[name] - before[name]) / len(events), 2) for name in after}
+        bytes_after = internal_bytes(prefix)  # the records are on the broker: every verdict is in
+        bytes_per_event = ({name: round((bytes_after[name] - bytes_before[name]) / len(events)) for name in bytes_after}
+                           if bytes_before is not None and bytes_after is not None else None)
         # where the tail sits: p50/p99 per tenth of the run (by send time)
         by_send = sorted((sent_at[i] - t0, v) for i, v in lat.items())
         tenths = []
@@ -275,7 +316,7 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
                                "p99_ms": round(1000 * part[int(0.99 * (len(part) - 1))], 1)})
         result = {"events": len(events), "answered": len(lat), "seconds": round(last - t0, 2),
                   "latency_by_tenth": tenths, "timeline": [[round(a, 3), round(1000 * b, 1)] for a, b in by_send],
-                  "messages_per_event": per_event,
+                  "messages_per_event": per_event, "bytes_per_event": bytes_per_event,
                   "events_per_s": round(len(lat) / (last - t0), 1),
                   "latency_median_ms": round(1000 * statistics.median(vals), 1),
                   "latency_p99_ms": round(1000 * vals[int(0.99 * (len(vals) - 1))], 1)}
@@ -345,6 +386,8 @@ def row(r: dict, scan_rate: float) -> list:
             round(mpe["probes"] + mpe["answers"], 1),
             round(mpe["exact-changelog"] + mpe["index-changelog"] + mpe["decide-changelog"]
                   + mpe.get("ids-changelog", 0), 1),  # ids: since the thirty-third stop
+            round(sum(v for k, v in bpe.items() if k.endswith("changelog")) / 1024, 2)
+            if (bpe := r.get("bytes_per_event")) else "",
             r["cpu_ms_per_event"]["workers"], r["cpu_ms_per_event"]["main_threads"],
             round(sum(r["cpu_ms_per_event"].get("stages", {}).values()), 3) or "",
             " / ".join(f"{b[st]['messages_per_batch']:.0f}" for st in AGENTS if st in b) if (b := r.get("agent_batches")) else "",
@@ -360,7 +403,7 @@ def combine(runs: list[dict]) -> dict:
     ordered = sorted(runs, key=lambda r: r["events_per_s"])
     r = dict(ordered[(len(ordered) - 1) // 2])
     r["repeats"] = [{k: x[k] for k in ("events_per_s", "latency_median_ms", "latency_p99_ms", "answered", "cpu",
-                                      "worker_log", "messages_per_event")} for x in runs]
+                                      "worker_log", "messages_per_event", "bytes_per_event")} for x in runs]
     for k in ("events_per_s", "latency_median_ms", "latency_p99_ms"):
         r[k] = round(statistics.median(x[k] for x in runs), 1)
     r["answered"] = min(x["answered"] for x in runs)
@@ -396,7 +439,9 @@ def main() -> None:
     # seventh stop: two workers answer 3,000 SMS in about a second, much of it the broker's warm-up
     ap.add_argument("--events", type=int, default=10000)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--kinds", nargs="+", default=["sms", "news"])
+    ap.add_argument("--kinds", nargs="+", default=["sms", "news"], choices=["sms", "news", "campaign"],
+                    help="campaign: bench/campaign.py's 50 spam SMS in 600 rounds (the first --events of them); "
+                         "the results' name then ends in _campaign")
     ap.add_argument("--rate", type=rate_arg, default=None, metavar="R|half",
                     help="events/s to send; half: each configuration at full speed, then at half of that")
     ap.add_argument("--profile", action="store_true", help="sample the workers with py-spy (bench extra)")
@@ -425,7 +470,8 @@ def main() -> None:
     rows, results, warmups = [], [], []
     try:
         ds = devset()
-        events_of = {kind: read_jsonl(ds / f"{kind}.jsonl", a.events) for kind in a.kinds}
+        events_of = {kind: read_jsonl(campaign.build(50, 600) if kind == "campaign" else ds / f"{kind}.jsonl", a.events)
+                     for kind in a.kinds}
         if started:
             # A broker fresh from start-up keeps compiling its hot paths (JIT) through its first ~20 s
             # of load: at half the maximum, runs 1 to 5 of one broker gave p99 1,498 / 458 / 348 / 368 /
@@ -466,11 +512,12 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     text = table(["kind", "workers", "rate", "events", "answered", "events/s", "events/s runs", "latency p50 ms",
                   "latency p99 ms", "p99 runs", "scan events/s", "kafka/scan", "internal msgs/event", "changelog msgs/event",
-                  "worker CPU ms/event", "main threads", "stages' code",
+                  "changelog KB/event", "worker CPU ms/event", "main threads", "stages' code",
                   "msgs per batch", "ms per batch", "cores: workers", "broker", "kernel irq", "rest", "bench client", "idle"], rows)
     name = (("kafka_profile" if a.profile else "kafka_e2e")
             + ("_half" if half else f"_rate{int(a.rate)}" if a.rate else "")
-            + (f"_p{a.partitions}" if a.partitions != 6 else ""))
+            + (f"_p{a.partitions}" if a.partitions != 6 else "")
+            + ("_campaign" if "campaign" in a.kinds else ""))
     if a.profile:
         text += "\n\nWhere the workers' CPU went (py-spy, all workers together; shares of CPU in use):\n\n" + table(
             ["kind", "workers", "category", "share of CPU", "CPU ms/event"],
