@@ -117,6 +117,28 @@ def all_before(data: bytes, me: tuple[int, str]) -> bool:
     return data[pos:pos + il].decode("utf-8", "surrogatepass") < me[1]
 
 
+def _insert_at(raw: bytes, ts: int, ident: str, look: bool) -> int | None:
+    """The byte offset in a bucket with a header where the entry (ts, ident) goes in (ts, id)
+    order; None when ``look`` finds an entry of ``ident`` there. Only the entries' heads are
+    read, and an id is decoded only at the same ts (or, with ``look``, everywhere)."""
+    pos, end, at = _BUCKET_HEAD.size, len(raw), -1
+    while pos < end:
+        cts, il, pl = _HEAD.unpack_from(raw, pos)
+        if look or (at < 0 and cts == ts):
+            start = pos + _HEAD.size
+            cid = raw[start:start + il].decode("utf-8", "surrogatepass")
+            if look and cid == ident:
+                return None
+            if at < 0 and (cts, cid) > (ts, ident):
+                at = pos
+        elif at < 0 and cts > ts:
+            at = pos
+        if at >= 0 and not look:
+            return at
+        pos += _HEAD.size + il + pl
+    return end if at < 0 else at
+
+
 def unpack_entries(data: bytes) -> list[Entry]:
     out: list[Entry] = []
     pos, n = _start(data), len(data)
@@ -166,11 +188,24 @@ def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: 
     # gives the same bytes as the full merge below, and a full bucket (a campaign's copies) keeps
     # its earliest entries as they are
     if raw[:1] == _MAGIC:  # the header gives the count, the first ts and the last entry: no decoding
-        _, count, _, first_ts = _HEAD_AND_FIRST_TS.unpack_from(raw)
+        _, count, last, first_ts = _HEAD_AND_FIRST_TS.unpack_from(raw)
         ident = entry[1]
-        newer = first_ts >= cutoff and all_before(raw, (entry[0], ident))
-        if newer and not new_id and ident.encode("utf-8", "surrogatepass") in raw:  # maybe an entry of this id (a
-            newer = all(e[1] != ident for e in _entries(raw))  # revision replaces it): decode to know
+        # maybe an entry of this id (a revision or a replay replaces it)
+        look = not new_id and ident.encode("utf-8", "surrogatepass") in raw
+        newer = first_ts >= cutoff and not look and all_before(raw, (entry[0], ident))
+        if first_ts >= cutoff and not newer and count < cap:
+            # not the newest entry (a burst's copies share a millisecond, or it arrived late), or
+            # maybe its id is there: spliced in where the full merge below would sort it, the
+            # other entries' bytes kept as they are (the same bytes as the merge, without
+            # decoding, sorting and packing the whole bucket: a campaign's buckets of hundreds of
+            # copies made that most of the workers' cost, bench/results/kafka_e2e_campaign.md)
+            at = _insert_at(raw, entry[0], ident, look)
+            if at is not None:  # before the last entry, which moves by the new one's length, or after it
+                at_body = at - _BUCKET_HEAD.size
+                head = _BUCKET_HEAD.pack(_MAGIC, count + 1, last + len(packed) if at_body <= last else at_body)
+                return b"".join((head, memoryview(raw)[_BUCKET_HEAD.size:at], packed, memoryview(raw)[at:]))
+        elif look and first_ts >= cutoff and all_before(raw, (entry[0], ident)):  # a full bucket
+            newer = _insert_at(raw, entry[0], ident, True) is not None
         if newer:  # a long bucket's body is not copied twice
             body: bytes | memoryview = raw[_BUCKET_HEAD.size:]
             if len(raw) > 4096:
@@ -396,7 +431,46 @@ class BucketIndex:
                         res.earliest, best = Found(cts, cid, m), cand
                         break
                 continue
-            entries = _entries(raw)
+            if raw[:1] == _MAGIC:
+                # entries after this document too (it arrived late, or shares its millisecond with
+                # a burst): the same walk over the entries' heads, decoding an id only where its
+                # entry is looked at, and past the earliest match only the entries after this
+                # document, for late matches. Decoding the whole bucket (below) made a campaign's
+                # buckets of hundreds of copies most of the workers' cost.
+                pos, end, past = _BUCKET_HEAD.size, len(raw), False
+                while pos < end:
+                    cts, il, pl = _HEAD.unpack_from(raw, pos)
+                    pos += _HEAD.size + il + pl
+                    if cts < lo or (past and cts < ts):
+                        continue
+                    if cts > hi:
+                        break
+                    cid = raw[pos - il - pl:pos - pl].decode("utf-8", "surrogatepass")
+                    if cid == ident:
+                        continue
+                    cand = (cts, cid)
+                    earlier = cand < me
+                    if earlier and best is not None and cand >= best:
+                        if not late:
+                            break
+                        past = True  # no entry from here up to this document can beat what was found
+                        continue
+                    if not earlier and not late:
+                        break
+                    if cand in seen:
+                        m = seen[cand]
+                    else:
+                        other = raw[pos - pl:pos] or self.data.get(self.payload_key(det, cid))
+                        m = seen[cand] = verify(payload, other) if other else None
+                        res.candidates += 1
+                    if m is None:
+                        continue
+                    if earlier:
+                        res.earliest, best = Found(cts, cid, m), cand
+                    elif all(f.order != cand for f in res.later):
+                        res.later.append(Found(cts, cid, m))
+                continue
+            entries = _entries(raw)  # no header: one entry, or a bucket stored before the header existed
             i, n = 0, len(entries)
             while i < n:
                 cts, cid, inline = entries[i]

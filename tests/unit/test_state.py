@@ -34,11 +34,16 @@ def test_packed_entries_round_trip():
     assert all(pack_entry(x)[:1] != b"\x80" for x in [(-(2**62), "a", b""), (2**62, "a", b""), (-1, "a", b"")])
 
 
-def test_merge_entry_appends_in_place_exactly_as_the_full_merge_would():
-    """The append shortcut must give the same bytes as filter + sort + cap, or replays diverge."""
+def test_merge_entry_appends_in_place_exactly_as_the_full_merge_would(monkeypatch):
+    """The append and splice shortcuts must give the same bytes as filter + sort + cap, or replays diverge."""
     import random
 
+    from stream_dedup.core import index as index_mod
     from stream_dedup.core.index import merge_entry, pack_entry
+
+    spliced = []
+    real_insert_at = index_mod._insert_at
+    monkeypatch.setattr(index_mod, "_insert_at", lambda *a: spliced.append(real_insert_at(*a)) or spliced[-1])
 
     def full(raw: bytes | None, entry, cutoff: int, cap: int) -> bytes:
         es = [e for e in unpack_entries(raw) if e[0] >= cutoff and e[1] != entry[1]] if raw else []
@@ -57,13 +62,18 @@ def test_merge_entry_appends_in_place_exactly_as_the_full_merge_would():
             kept += got is raw  # a full bucket, the newest entry: kept as it is
             raw = got
     assert appended > 400 and kept > 50  # the shortcuts were taken often enough to be tested
+    within = sum(1 for at in spliced if at is not None)
+    assert within > 300 and len(spliced) - within > 50  # spliced in; and an entry of the id found
 
 
 def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding_every_bucket_does(monkeypatch):
     """A probe or an exact check newer than every entry of a bucket decodes it only up to its first
     match, and an insert reads the header, not the entries. Both must answer and write exactly what
     decoding the whole bucket does: the same stream, the same answers, the same bytes, with the
-    shortcuts and without them (``all_before`` answering False, as for a bucket with no header). The
+    shortcuts and without them (every bucket read without its header, so decoded whole, and
+    merged by decoding, sorting and packing). So must the walks for a document that is not the
+    newest in its bucket (a late arrival, or one that shares its millisecond: the probe reads the
+    entries' heads, the insert splices its entry in). The
     stream is mostly in time order, with late arrivals, revisions (an id again, later), replays, long
     buckets over a small cap and a window that expires entries. The third run starts over buckets
     rewritten without headers, as stored before the header existed: the same answers. The fourth
@@ -93,12 +103,22 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
         es = [e for e in unpack_entries(raw) if e[0] >= cutoff and e[1] != entry[1]] if raw else []
         return index_mod.pack_entries(sorted(es + [entry], key=lambda e: (e[0], e[1]))[:cap])
 
+    class Headerless(dict):
+        """Every bucket read as stored before the header existed: probes and exact checks decode it whole."""
+
+        def get(self, key, default=None):
+            v = super().get(key, default)
+            if isinstance(v, bytes) and v[:1] == b"\x80" and key[:1] in b"BX":
+                return b"".join(index_mod.pack_entry(e) for e in unpack_entries(v))
+            return v
+
     def run(legacy: bool = False, with_shortcuts: bool = True, hint: bool = False):
         for mod in (index_mod, exact_mod):
             monkeypatch.setattr(mod, "all_before", real_all_before if with_shortcuts else lambda raw, me: False)
             monkeypatch.setattr(mod, "merge_entry", real_merge if with_shortcuts else full_merge)
-        idx = BucketIndex({}, window=1_500, max_bucket=25)
-        ex = ExactStore({}, window=1_500, max_members=25, bloom_capacity=10_000)
+        store = dict if with_shortcuts else Headerless
+        idx = BucketIndex(store(), window=1_500, max_bucket=25)
+        ex = ExactStore(store(), window=1_500, max_members=25, bloom_capacity=10_000)
         answers, seen = [], set()
         for n, (ident, when, payload, keys) in enumerate(stream):
             if legacy and n == len(stream) // 2:  # strip every header
