@@ -457,17 +457,16 @@ class BucketIndex:
                         continue
                     if not earlier and not late:
                         break
-                    if cand in seen:
-                        m = seen[cand]
-                    else:
-                        other = raw[pos - pl:pos] or self.data.get(self.payload_key(det, cid))
-                        m = seen[cand] = verify(payload, other) if other else None
-                        res.candidates += 1
+                    if cand in seen:  # met in an earlier bucket: a match there is best or in later already
+                        continue
+                    other = raw[pos - pl:pos] or self.data.get(self.payload_key(det, cid))
+                    m = seen[cand] = verify(payload, other) if other else None
+                    res.candidates += 1
                     if m is None:
                         continue
                     if earlier:
                         res.earliest, best = Found(cts, cid, m), cand
-                    elif all(f.order != cand for f in res.later):
+                    else:
                         res.later.append(Found(cts, cid, m))
                 continue
             entries = _entries(raw)  # no header: one entry, or a bucket stored before the header existed
@@ -490,17 +489,16 @@ class BucketIndex:
                     continue
                 if not earlier and not late:
                     break
-                if cand in seen:
-                    m = seen[cand]
-                else:
-                    other = inline or self.data.get(self.payload_key(det, cid))
-                    m = seen[cand] = verify(payload, other) if other else None
-                    res.candidates += 1
+                if cand in seen:  # as in the walk above
+                    continue
+                other = inline or self.data.get(self.payload_key(det, cid))
+                m = seen[cand] = verify(payload, other) if other else None
+                res.candidates += 1
                 if m is None:
                     continue
                 if earlier:
                     res.earliest, best = Found(cts, cid, m), cand
-                elif all(f.order != cand for f in res.later):
+                else:
                     res.later.append(Found(cts, cid, m))
         res.later.sort(key=lambda f: f.order)
         return res
