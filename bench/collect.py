@@ -39,8 +39,9 @@ COMMANDS = {"quality": "python bench/quality.py", "fingerprint": "python bench/f
 
 
 def base_of(name: str) -> str:
-    """The script behind a result: kafka_e2e_rate618, kafka_e2e_half and kafka_e2e_half_p2 are kafka_e2e's."""
-    return re.sub(r"(_rate\d+|_half)?(_p\d+)?$", "", name)
+    """The script behind a result: kafka_e2e_rate618, kafka_e2e_half, kafka_e2e_half_p2 and
+    kafka_e2e_campaign are kafka_e2e's."""
+    return re.sub(r"(_rate\d+|_half)?(_p\d+)?(_campaign)?$", "", name)
 
 
 def main() -> None:

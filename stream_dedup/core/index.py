@@ -39,7 +39,6 @@ and gains one when next rewritten: its first byte is a ts's, and no ts within 2^
 """
 from __future__ import annotations
 
-import bisect
 import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -158,15 +157,12 @@ def count_entries(data: bytes) -> int:
     return _BUCKET_HEAD.unpack_from(data)[1] if data[:1] == _MAGIC else len(_entries(data))
 
 
-def _order(entry: Entry) -> tuple[int, str]:
-    return entry[0], entry[1]
-
-
 @lru_cache(maxsize=512)
 def _entries(data: bytes) -> tuple[Entry, ...]:
-    """Decoded once, where a bucket is decoded whole: a probe that a later entry makes walk all of it
-    (or a bucket with no header), and the full merge of the insert that follows it, read the same
-    buckets (4x16 bands: ~15 entries each at 1M documents)."""
+    """Decoded once, where a bucket is decoded whole: the probe of a bucket with no header and the
+    merge of the insert that follows it, and a full merge (entries expired, an id's entry replaced,
+    a full bucket) after a probe of the same bucket. A bucket with a header is walked by its
+    entries' heads instead (``_probe``, ``_insert_at``)."""
     return tuple(unpack_entries(data))
 
 
@@ -431,67 +427,34 @@ class BucketIndex:
                         res.earliest, best = Found(cts, cid, m), cand
                         break
                 continue
-            if raw[:1] == _MAGIC:
-                # entries after this document too (it arrived late, or shares its millisecond with
-                # a burst): the same walk over the entries' heads, decoding an id only where its
-                # entry is looked at, and past the earliest match only the entries after this
-                # document, for late matches. Decoding the whole bucket (below) made a campaign's
-                # buckets of hundreds of copies most of the workers' cost.
-                pos, end, past = _BUCKET_HEAD.size, len(raw), False
-                while pos < end:
-                    cts, il, pl = _HEAD.unpack_from(raw, pos)
-                    pos += _HEAD.size + il + pl
-                    if cts < lo or (past and cts < ts):
-                        continue
-                    if cts > hi:
-                        break
-                    cid = raw[pos - il - pl:pos - pl].decode("utf-8", "surrogatepass")
-                    if cid == ident:
-                        continue
-                    cand = (cts, cid)
-                    earlier = cand < me
-                    if earlier and best is not None and cand >= best:
-                        if not late:
-                            break
-                        past = True  # no entry from here up to this document can beat what was found
-                        continue
-                    if not earlier and not late:
-                        break
-                    if cand in seen:  # met in an earlier bucket: a match there is best or in later already
-                        continue
-                    other = raw[pos - pl:pos] or self.data.get(self.payload_key(det, cid))
-                    m = seen[cand] = verify(payload, other) if other else None
-                    res.candidates += 1
-                    if m is None:
-                        continue
-                    if earlier:
-                        res.earliest, best = Found(cts, cid, m), cand
-                    else:
-                        res.later.append(Found(cts, cid, m))
-                continue
-            entries = _entries(raw)  # no header: one entry, or a bucket stored before the header existed
-            i, n = 0, len(entries)
-            while i < n:
-                cts, cid, inline = entries[i]
-                i += 1
-                cand = (cts, cid)
-                if cts < lo or cid == ident:
+            # entries after this document too (it arrived late, or shares its millisecond with a
+            # burst), or a bucket with no header: a walk over the entries' heads, decoding an id
+            # only where its entry is looked at, and past the earliest match only the entries after
+            # this document, for late matches. Decoding the whole bucket, as before, made a
+            # campaign's buckets of hundreds of copies most of the workers' cost.
+            pos, end, past = _start(raw), len(raw), False
+            while pos < end:
+                cts, il, pl = _HEAD.unpack_from(raw, pos)
+                pos += _HEAD.size + il + pl
+                if cts < lo or (past and cts < ts):
                     continue
                 if cts > hi:
                     break
+                cid = raw[pos - il - pl:pos - pl].decode("utf-8", "surrogatepass")
+                if cid == ident:
+                    continue
+                cand = (cts, cid)
                 earlier = cand < me
                 if earlier and best is not None and cand >= best:
-                    # no entry from here up to this document can beat what was found: go on after
-                    # it (a campaign's bucket holds hundreds of entries, walked one by one before)
                     if not late:
                         break
-                    i = bisect.bisect_right(entries, me, i, n, key=_order)
+                    past = True  # no entry from here up to this document can beat what was found
                     continue
                 if not earlier and not late:
                     break
-                if cand in seen:  # as in the walk above
+                if cand in seen:  # met in an earlier bucket: a match there is best or in later already
                     continue
-                other = inline or self.data.get(self.payload_key(det, cid))
+                other = raw[pos - pl:pos] or self.data.get(self.payload_key(det, cid))
                 m = seen[cand] = verify(payload, other) if other else None
                 res.candidates += 1
                 if m is None:

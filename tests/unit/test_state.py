@@ -73,7 +73,8 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
     shortcuts and without them (every bucket read without its header, so decoded whole, and
     merged by decoding, sorting and packing). So must the walks for a document that is not the
     newest in its bucket (a late arrival, or one that shares its millisecond: the probe reads the
-    entries' heads, the insert splices its entry in). The
+    entries' heads, the insert splices its entry in), and every probe of every run must answer
+    what a brute-force look at all its buckets' entries does. The
     stream is mostly in time order, with late arrivals, revisions (an id again, later), replays, long
     buckets over a small cap and a window that expires entries. The third run starts over buckets
     rewritten without headers, as stored before the header existed: the same answers. The fourth
@@ -112,6 +113,19 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
                 return b"".join(index_mod.pack_entry(e) for e in unpack_entries(v))
             return v
 
+    def reference(data, ident, ts, payload, keys):
+        """What a probe must answer, by brute force: the earliest earlier match and every later one
+        within the window, over every entry of the document's buckets (before its insert)."""
+        cands = {}
+        for k in keys:
+            raw = data.get(BucketIndex.bucket_key(1, k))
+            for cts, cid, inline in unpack_entries(raw) if raw else []:
+                if cid != ident and abs(cts - ts) <= 1_500:
+                    cands[(cts, cid)] = inline or data.get(BucketIndex.payload_key(1, cid))
+        matched = sorted(c for c, other in cands.items() if other and same(payload, other))
+        earlier = [c for c in matched if c < (ts, ident)]
+        return (earlier[0] if earlier else None), [c for c in matched if c > (ts, ident)]
+
     def run(legacy: bool = False, with_shortcuts: bool = True, hint: bool = False):
         for mod in (index_mod, exact_mod):
             monkeypatch.setattr(mod, "all_before", real_all_before if with_shortcuts else lambda raw, me: False)
@@ -126,7 +140,9 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
                     for k, v in list(store.items()):
                         if v[:1] == b"\x80":
                             store[k] = b"".join(index_mod.pack_entry(e) for e in unpack_entries(v))
+            expected = reference(idx.data, ident, when, payload, keys)
             r = idx.probe_insert(1, ident, when, payload, keys, same, new_id=hint and ident not in seen)
+            assert (r.earliest and (r.earliest.ts, r.earliest.id), [(f.ts, f.id) for f in r.later]) == expected
             seen.add(ident)
             o = ex.process(payload[:1].ljust(16, b"."), when, ident)
             answers.append((r.earliest and (r.earliest.ts, r.earliest.id), [(f.ts, f.id) for f in r.later],
