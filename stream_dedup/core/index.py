@@ -159,10 +159,11 @@ def count_entries(data: bytes) -> int:
 
 @lru_cache(maxsize=512)
 def _entries(data: bytes) -> tuple[Entry, ...]:
-    """Decoded once, where a bucket is decoded whole: the probe of a bucket with no header and the
-    merge of the insert that follows it, and a full merge (entries expired, an id's entry replaced,
-    a full bucket) after a probe of the same bucket. A bucket with a header is walked by its
-    entries' heads instead (``_probe``, ``_insert_at``)."""
+    """Decoded once, where a bucket is decoded whole: the merge into a bucket with no header (one
+    entry, or stored before the header existed) and a full merge (entries expired, an id's entry
+    replaced, a full bucket), after ``count_entries`` of the same bucket in the same insert.
+    Probes walk the entries' heads instead (``_probe``), as does an insert that splices
+    (``_insert_at``)."""
     return tuple(unpack_entries(data))
 
 
@@ -206,7 +207,7 @@ def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: 
             body: bytes | memoryview = raw[_BUCKET_HEAD.size:]
             if len(raw) > 4096:
                 body = memoryview(raw)[_BUCKET_HEAD.size:]
-    else:  # one entry, or written before the header existed: decoded by the probe already
+    else:  # one entry, or written before the header existed
         old = _entries(raw)
         count = len(old)
         newer = (old[0][0] >= cutoff and (entry[0], entry[1]) > (old[-1][0], old[-1][1])
