@@ -187,22 +187,26 @@ def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: 
     if raw[:1] == _MAGIC:  # the header gives the count, the first ts and the last entry: no decoding
         _, count, last, first_ts = _HEAD_AND_FIRST_TS.unpack_from(raw)
         ident = entry[1]
-        # maybe an entry of this id (a revision or a replay replaces it)
-        look = not new_id and ident.encode("utf-8", "surrogatepass") in raw
-        newer = first_ts >= cutoff and not look and all_before(raw, (entry[0], ident))
-        if first_ts >= cutoff and not newer and count < cap:
-            # not the newest entry (a burst's copies share a millisecond, or it arrived late), or
-            # maybe its id is there: spliced in where the full merge below would sort it, the
-            # other entries' bytes kept as they are (the same bytes as the merge, without
-            # decoding, sorting and packing the whole bucket: a campaign's buckets of hundreds of
-            # copies made that most of the workers' cost, bench/results/kafka_e2e_campaign.md)
-            at = _insert_at(raw, entry[0], ident, look)
-            if at is not None:  # before the last entry, which moves by the new one's length, or after it
-                at_body = at - _BUCKET_HEAD.size
-                head = _BUCKET_HEAD.pack(_MAGIC, count + 1, last + len(packed) if at_body <= last else at_body)
-                return b"".join((head, memoryview(raw)[_BUCKET_HEAD.size:at], packed, memoryview(raw)[at:]))
-        elif look and first_ts >= cutoff and all_before(raw, (entry[0], ident)):  # a full bucket
-            newer = _insert_at(raw, entry[0], ident, True) is not None
+        newer = False
+        if first_ts >= cutoff:  # nothing expired (else the full merge below)
+            me = (entry[0], ident)
+            # maybe an entry of this id (a revision or a replay replaces it)
+            look = not new_id and ident.encode("utf-8", "surrogatepass") in raw
+            if not look and all_before(raw, me):
+                newer = True
+            elif count < cap:
+                # not the newest entry (a burst's copies share a millisecond, or it arrived late), or
+                # maybe its id is there: spliced in where the full merge below would sort it, the
+                # other entries' bytes kept as they are (the same bytes as the merge, without
+                # decoding, sorting and packing the whole bucket: a campaign's buckets of hundreds of
+                # copies made that most of the workers' cost, bench/results/kafka_e2e_campaign.md)
+                at = _insert_at(raw, entry[0], ident, look)
+                if at is not None:  # before the last entry, which moves by the new one's length, or after it
+                    at_body = at - _BUCKET_HEAD.size
+                    head = _BUCKET_HEAD.pack(_MAGIC, count + 1, last + len(packed) if at_body <= last else at_body)
+                    return b"".join((head, memoryview(raw)[_BUCKET_HEAD.size:at], packed, memoryview(raw)[at:]))
+            elif all_before(raw, me):  # a full bucket, the newest entry, maybe its id (look)
+                newer = _insert_at(raw, entry[0], ident, True) is not None
         if newer:  # a long bucket's body is not copied twice
             body: bytes | memoryview = raw[_BUCKET_HEAD.size:]
             if len(raw) > 4096:
