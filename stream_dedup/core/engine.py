@@ -16,6 +16,10 @@ from .stages import DecideStage, DocStates, IndexStage, Prepared, Preparer, admi
 from .store import Buffered, Generations, Keyed, KVStore, Tiered
 from .verdict import Cluster, DocState, Verdict
 
+# payloads under P that the index keeps after reading them (BucketIndex.ref_cache): ~250 bytes each
+# for an SMS (bench/HISTORY.md, fifty-second stop, for what it saves)
+REF_CACHE = 1 << 15
+
 if TYPE_CHECKING:
     from ..config import Settings
 
@@ -53,8 +57,8 @@ class Engine:
         self.exact = ExactStore(self.exact_kv, self.window, bloom_capacity=capacity,
                                 bloom_fp_rate=settings.engine.bloom_fp_rate, prefault=False)
         self.exact.rebuild_bloom()  # a kept --state folder: the filter comes back from the store
-        self.index = IndexStage(BucketIndex(self.index_kv, window=self.window, max_bucket=settings.engine.max_bucket),
-                                self.preparer.detectors)
+        self.index = IndexStage(BucketIndex(self.index_kv, window=self.window, max_bucket=settings.engine.max_bucket,
+                                            ref_cache=REF_CACHE), self.preparer.detectors)
         # Per document: its verdict state and its first content's digest (the id check). The newest
         # are objects in memory, older ones go to a RocksDB folder opened when the first ones leave
         # memory (``Tiered``), so memory does not grow with the input. This run's own: a kept --state

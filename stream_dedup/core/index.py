@@ -353,12 +353,23 @@ class ProbeResult:
 
 
 class BucketIndex:
-    def __init__(self, data: MutableMapping[bytes, bytes], *, window: int, max_bucket: int = 1000):
+    def __init__(self, data: MutableMapping[bytes, bytes], *, window: int, max_bucket: int = 1000,
+                 ref_cache: int = 0):
         self.data = data
         self.window = window
         self.max_bucket = max_bucket
         self.watermark: int | None = None
         self.observe: Callable[[int], None] | None = None  # bucket bytes after each write (metrics)
+        # the payloads under P read last (up to ``ref_cache`` a detector; the oldest read goes
+        # first). Why: a crowded bucket (a common n-gram of a campaign-heavy SMS stream) is walked
+        # by every probe that shares it, and past its first INLINE_ENTRIES entries each entry looked
+        # at is a read under P: 2.0M reads at 300,000 SMS of ``bench/scan_memory.py``'s set, 1.6M of
+        # them from RocksDB, which made ``scan`` a fifth slower than when those payloads were
+        # inline; 13,000 with 32,768 kept. Exact while every write and delete of a P key goes through
+        # this object (``_insert``, ``sweep``), as in ``scan``; the workers leave it off, since a
+        # rebalance brings in partitions that another worker wrote.
+        self.ref_cache = ref_cache
+        self._refs: dict[int, dict[str, bytes]] = {}  # det -> id -> payload (no key to build for a hit)
 
     @staticmethod
     def bucket_key(det: int, key: int) -> bytes:
@@ -372,6 +383,16 @@ class BucketIndex:
     def payload_ref(key: bytes) -> int:
         """The ``ref_hash`` of the (det, ident) whose ``payload_key`` is ``key``."""
         return ref_hash(key[1], key[2:].decode("utf-8", "surrogatepass"))
+
+    def _payload(self, det: int, ident: str) -> bytes | None:
+        """A payload stored under P, not found in ``_refs[det]`` (see ``ref_cache``)."""
+        got = self.data.get(self.payload_key(det, ident))
+        if got is not None and self.ref_cache:
+            refs = self._refs.setdefault(det, {})
+            if len(refs) >= self.ref_cache:
+                del refs[next(iter(refs))]  # the oldest read
+            refs[ident] = got
+        return got
 
     def read(self, det: int, keys: Iterable[int]) -> dict[bytes, bytes | None]:
         """The packed buckets of ``keys`` (None where empty), in one multi-get when the mapping has
@@ -402,6 +423,7 @@ class BucketIndex:
         res = ProbeResult()
         best: tuple[int, str] | None = None  # res.earliest's (ts, id)
         seen: dict[tuple[int, str], Match | None] = {}
+        refs = self._refs.get(det, {})
         for raw in raws.values():
             if not raw:
                 continue
@@ -425,7 +447,7 @@ class BucketIndex:
                     if cand in seen:
                         m = seen[cand]
                     else:
-                        other = raw[pos - pl:pos] or self.data.get(self.payload_key(det, cid))
+                        other = raw[pos - pl:pos] or refs.get(cid) or self._payload(det, cid)
                         m = seen[cand] = verify(payload, other) if other else None
                         res.candidates += 1
                     if m is not None:
@@ -459,7 +481,7 @@ class BucketIndex:
                     break
                 if cand in seen:  # met in an earlier bucket: a match there is best or in later already
                     continue
-                other = raw[pos - pl:pos] or self.data.get(self.payload_key(det, cid))
+                other = raw[pos - pl:pos] or refs.get(cid) or self._payload(det, cid)
                 m = seen[cand] = verify(payload, other) if other else None
                 res.candidates += 1
                 if m is None:
@@ -487,7 +509,9 @@ class BucketIndex:
             by_ref = {bk for bk, raw in raws.items()
                       if raw and len(raw) >= _SMALLEST and INLINE_ENTRIES <= count_entries(raw) < self.max_bucket}
         if not inline or by_ref:  # before the entries that refer to it
-            self.data[self.payload_key(det, ident)] = payload
+            pk = self.payload_key(det, ident)
+            self.data[pk] = payload
+            self._refs.get(det, {}).pop(ident, None)  # a revision's payload replaces its earlier one
         me, ref = (ts, ident, inline), (ts, ident, b"")
         packed, packed_ref = pack_entry(me), pack_entry(ref) if by_ref else b""
         for bk, raw in raws.items():
@@ -512,6 +536,7 @@ class BucketIndex:
         before: about 200 bytes a news document, held over a store of a window and a half of them
         (``bench/sweep_memory.py``)."""
         live = HashSet()
+        self._refs.clear()  # the payloads it deletes
         sink = snapshot_sink(self.data)
         in_order = sink is not None and getattr(self.data, "iterates_in_key_order", False)
         payload_keys: list[bytes] = []

@@ -245,6 +245,41 @@ def test_index_a_campaigns_long_bucket_keeps_payloads_inline_only_in_its_first_e
     assert {k[2:].decode() for k in kv if k[:1] == b"P"} == left
 
 
+class CountingDict(dict):
+    """A mapping that counts the reads of payloads under P."""
+    payload_reads = 0
+
+    def get(self, key, default=None):
+        self.payload_reads += key[:1] == b"P"
+        return super().get(key, default)
+
+
+def test_index_reads_a_payload_under_p_once_while_cached_and_again_after_a_revision():
+    """``ref_cache``: a crowded bucket is walked by every probe sharing it, so a payload under P is
+    read from the store once while it stays among the last read; a revision of the document
+    (its id again, another payload) is what later probes verify against, not the cached one."""
+    data = CountingDict()
+    idx = BucketIndex(data, window=W, ref_cache=3)
+    big = {n: bytes([n]) * (INLINE_MAX + 8) for n in range(5)}
+    for n in range(3):
+        idx.insert(3, f"d{n}", 1 + n, big[n], (7,))
+    for _ in range(3):  # the walk looks at d0, d1, d2 (no match) on every probe
+        assert idx.probe(3, "p", 10, big[4], (7,), same).earliest is None
+    assert data.payload_reads == 3
+    small = BucketIndex(data, window=W, ref_cache=2)  # a walk over more than it holds reads them all
+    for _ in range(3):
+        assert small.probe(3, "p", 10, big[4], (7,), same).earliest is None
+    assert data.payload_reads == 3 + 3 * 3
+    before = data.payload_reads
+    assert idx.probe(3, "q", 10, big[1], (7,), same).earliest.id == "d1"
+    assert data.payload_reads == before  # d1 still cached
+    idx.insert(3, "d1", 2, big[3], (7,))  # a revision: d1's payload is now big[3]
+    assert idx.probe(3, "r", 10, big[1], (7,), same).earliest is None
+    assert idx.probe(3, "s", 10, big[3], (7,), same).earliest.id == "d1"
+    uncached = BucketIndex(data, window=W)  # ref_cache=0, as in the workers
+    assert uncached.probe(3, "s", 10, big[3], (7,), same).earliest.id == "d1"
+
+
 def test_index_prunes_on_write_and_sweeps(tmp_path):
     kv = KVStore(tmp_path / "i")
     idx = BucketIndex(kv, window=500)
