@@ -509,8 +509,7 @@ class BucketIndex:
             by_ref = {bk for bk, raw in raws.items()
                       if raw and len(raw) >= _SMALLEST and INLINE_ENTRIES <= count_entries(raw) < self.max_bucket}
         if not inline or by_ref:  # before the entries that refer to it
-            pk = self.payload_key(det, ident)
-            self.data[pk] = payload
+            self.data[self.payload_key(det, ident)] = payload
             self._refs.get(det, {}).pop(ident, None)  # a revision's payload replaces its earlier one
         me, ref = (ts, ident, inline), (ts, ident, b"")
         packed, packed_ref = pack_entry(me), pack_entry(ref) if by_ref else b""
