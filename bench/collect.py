@@ -40,8 +40,8 @@ COMMANDS = {"quality": "python bench/quality.py", "fingerprint": "python bench/f
 
 def base_of(name: str) -> str:
     """The script behind a result: kafka_e2e_rate618, kafka_e2e_half, kafka_e2e_half_p2 and
-    kafka_e2e_campaign are kafka_e2e's."""
-    return re.sub(r"(_rate\d+|_half)?(_p\d+)?(_campaign)?$", "", name)
+    kafka_e2e_campaign are kafka_e2e's; scan_memory_compare is scan_memory's."""
+    return re.sub(r"(_rate\d+|_half)?(_p\d+)?(_campaign|_compare)?$", "", name)
 
 
 def main() -> None:
@@ -59,7 +59,7 @@ def main() -> None:
         if isinstance(data.get("args"), dict):  # show the flags it ran with
             flags = [f"--{k.replace('_', '-')}" + ("" if v is True else
                                                    f" {' '.join(map(str, v)) if isinstance(v, list) else v}")
-                     for k, v in data["args"].items() if v is not None and v is not False]
+                     for k, v in data["args"].items() if v is not None and v is not False and v != []]
             cmd = " ".join([cmd, *flags])
         parts.append(f"`{cmd}`: {m.get('date')}, commit {m.get('commit')}, {m.get('cpus')} CPUs, "
                      f"Python {m.get('python')}\n")

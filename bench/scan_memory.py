@@ -16,7 +16,20 @@ Systems, each a process of its own, its peak RSS read from /proc (``measured``):
   ``Simhash(text)``, a query, then an add, read from the file and written out line by line
   (neither the input nor the verdicts held in memory).
 The table gives the median wall time and peak RSS over --repeat runs, and the ratios of the
-default ``scan`` to the others. One run of the default sizes takes about 20 minutes.
+default ``scan`` to the others. One run of the default sizes takes about 20 minutes. Each repeat
+runs every system once, in the opposite order from the repeat before, so that a slow hour of the
+machine weighs on all of them alike.
+
+To find which change made ``scan`` slower or bigger (how the fifty-second stop bisected one):
+
+    python bench/scan_memory.py --docs 300000 --systems default --against ../old --repeat 6
+    python bench/scan_memory.py --input some.jsonl --systems default --against ../old
+
+``--against`` names other checkouts (``git worktree add ../old 95dfb16``): their default ``scan``
+runs from their own tree beside this one's, alternately, and the table names them by commit
+(``+`` when the tree has changes not committed). ``--input`` scans a JSONL file of the user's
+instead of the built inputs. Runs that are not the default set write ``scan_memory_compare``, so
+that the recorded table is kept.
 """
 from __future__ import annotations
 
@@ -68,7 +81,7 @@ def build(n: int) -> Path:
     return path
 
 
-def measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+def measured(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = REPO) -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of the process ``cmd`` starts (``scan``: the judging process,
     the one whose memory grows; its preparing processes hold the segmenter, the same at any size).
 
@@ -77,7 +90,7 @@ def measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, 
     so every system reported the benchmark's own peak, the corpus it loaded to build the input."""
     err_log = tempfile.TemporaryFile()  # not a pipe: a child that logs a lot (the peer warns of every
     t0 = time.perf_counter()            # big bucket) would fill it and block, unread until it exits
-    p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err_log)
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err_log)
     status = Path(f"/proc/{p.pid}/status")
     peak_kb = 0
     while p.poll() is None:
@@ -95,45 +108,86 @@ def measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, 
     return seconds, peak_kb / 1024
 
 
+SYSTEMS = ("default", "in-memory", "peer")
+
+
+def checkout_name(tree: Path) -> str:
+    """The commit a checkout is at, ``+`` when its files differ from it: the row's name."""
+    rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    return rev + ("+" if dirty else "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, nargs="+", default=[100_000, 300_000, 900_000])
+    ap.add_argument("--input", type=Path, help="scan this JSONL file (id, text, ts) instead of the built inputs")
+    ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS),
+                    help="default: scan with docs_in_memory 100,000; in-memory: every state in memory; "
+                         "peer: simhash.SimhashIndex's loop")
+    ap.add_argument("--against", type=Path, nargs="+", default=[], metavar="CHECKOUT",
+                    help="other checkouts of stream-dedup whose default scan runs beside this one's")
     ap.add_argument("--repeat", type=int, default=1)
     a = ap.parse_args()
-    need_shared()
+    if a.input is None:
+        need_shared()
+    elif not a.input.is_file():
+        sys.exit(f"--input {a.input}: no such file")
+    trees = [t.resolve() for t in a.against]
+    for t in trees:
+        if not (t / "stream_dedup" / "cli.py").is_file():
+            sys.exit(f"--against {t}: not a checkout of stream-dedup (no stream_dedup/cli.py)")
     import compileall
 
-    compileall.compile_dir(str(REPO / "stream_dedup"), quiet=1)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for tree in (REPO, *trees):
+        compileall.compile_dir(str(tree / "stream_dedup"), quiet=1)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
     scan = [sys.executable, "-m", "stream_dedup.cli", "scan"]
     rows, data = [], []
-    for n in a.docs:
-        path = build(n)
+    inputs = [(a.input, sum(1 for _ in open(a.input, encoding="utf-8")))] if a.input else \
+        [(build(n), n) for n in a.docs]
+    for path, n in inputs:
         out = WORK / "verdicts.jsonl"
-        systems = {
-            f"scan, docs_in_memory {DEFAULT_IN_MEMORY:,} (default)": (
-                [*scan, str(path), "--out", str(out), "--no-progress"],
-                {**env, "STREAM_DEDUP_ENGINE__DOCS_IN_MEMORY": str(DEFAULT_IN_MEMORY)}),
-            "scan, every state in memory": (
-                [*scan, str(path), "--out", str(out), "--no-progress"],
-                {**env, "STREAM_DEDUP_ENGINE__DOCS_IN_MEMORY": str(n + 1)}),
-            "simhash SimhashIndex k=3 loop": ([sys.executable, "-c", PEER, str(path), str(out)], env),
-        }
-        got: dict[str, tuple[float, float]] = {}
-        for name, (cmd, e) in systems.items():
-            runs = [measured(cmd, e) for _ in range(max(1, a.repeat))]
-            got[name] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
-            print(f"{n:>9,} {name}: {got[name][0]:.1f} s, {got[name][1]:.0f} MB", file=sys.stderr, flush=True)
+        WORK.mkdir(parents=True, exist_ok=True)
+        default = {**env, "STREAM_DEDUP_ENGINE__DOCS_IN_MEMORY": str(DEFAULT_IN_MEMORY)}
+        args = [str(path.resolve()), "--out", str(out), "--no-progress"]
+        systems: dict[str, tuple[list[str], dict[str, str], Path]] = {}
+        if "default" in a.systems:
+            systems[f"scan, docs_in_memory {DEFAULT_IN_MEMORY:,} (default)"] = ([*scan, *args], default, REPO)
+        for t in trees:
+            systems[f"scan default at {checkout_name(t)} ({t.name})"] = (
+                [*scan, *args], {**default, "PYTHONPATH": str(t)}, t)
+        if "in-memory" in a.systems:
+            systems["scan, every state in memory"] = (
+                [*scan, *args], {**env, "STREAM_DEDUP_ENGINE__DOCS_IN_MEMORY": str(n + 1)}, REPO)
+        if "peer" in a.systems:
+            systems["simhash SimhashIndex k=3 loop"] = ([sys.executable, "-c", PEER, str(path), str(out)], env, REPO)
+        if not systems:
+            sys.exit("nothing to run: name a system or a checkout")
+        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in systems}
+        for r in range(max(1, a.repeat)):
+            for name in (list(systems) if r % 2 == 0 else list(reversed(systems))):
+                cmd, e, cwd = systems[name]
+                runs[name].append(measured(cmd, e, cwd))
+                s, mb = runs[name][-1]
+                print(f"{n:>9,} run {r + 1} {name}: {s:.1f} s, {mb:.0f} MB", file=sys.stderr, flush=True)
+        got = {name: (statistics.median(x[0] for x in rs), statistics.median(x[1] for x in rs))
+               for name, rs in runs.items()}
         ours_s, ours_mb = next(iter(got.values()))
         for name, (s, mb) in got.items():
             rows.append([f"{n:,}", name, round(s, 1), round(n / s), round(mb), round(mb / ours_mb, 2),
-                         round(s / ours_s, 2)])
-            data.append({"docs": n, "system": name, "seconds": s, "docs_per_s": n / s, "peak_rss_mb": mb,
-                         "rss_vs_default_scan": mb / ours_mb, "time_vs_default_scan": s / ours_s})
+                         round(s / ours_s, 2), " ".join(f"{x[0]:.1f}" for x in runs[name])])
+            data.append({"docs": n, "input": str(path), "system": name, "seconds": s, "docs_per_s": n / s,
+                         "peak_rss_mb": mb, "rss_vs_first": mb / ours_mb, "time_vs_first": s / ours_s,
+                         "runs": [{"seconds": x[0], "peak_rss_mb": x[1]} for x in runs[name]]})
         out.unlink(missing_ok=True)
-    text = table(["docs", "system", "wall s", "docs/s", "peak RSS MB", "RSS / default scan's",
-                  "time / default scan's"], rows)
-    save("scan_memory", {"repeat": a.repeat, "rows": data}, text)
+    text = table(["docs", "system", "wall s", "docs/s", "peak RSS MB", "RSS / first row's", "time / first row's",
+                  "wall s runs (in order)"], rows)
+    recorded = a.input is None and not trees and list(a.systems) == list(SYSTEMS)
+    args = {**vars(a), "input": a.input and str(a.input), "against": [str(t) for t in trees]}
+    save("scan_memory" if recorded else "scan_memory_compare", {"args": args, "rows": data}, text)
 
 
 if __name__ == "__main__":
