@@ -27,10 +27,11 @@ import json
 import logging
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, SHARED, median_run, need_shared, read_jsonl, save, scan_cli, table  # noqa: E402
+from common import REPO, SHARED, median_runs, need_shared, read_jsonl, save, scan_cli, table  # noqa: E402
 from quality import run_minhash, run_simhash  # noqa: E402
 
 WORK = REPO / "bench" / "work" / "campaign"
@@ -107,12 +108,14 @@ def main() -> None:
     logging.getLogger("simhash").setLevel(logging.ERROR)
     path = build(a.templates, a.rounds)
     docs = read_jsonl(path)
-    runs = {"stream-dedup scan": median_run(lambda: run_scan(path, None), a.repeat)}
+    systems = {"stream-dedup scan": lambda: run_scan(path, None)}
     for cap in a.max_bucket:
-        runs[f"stream-dedup scan, engine.max_bucket {cap}"] = median_run(lambda: run_scan(path, cap), a.repeat)
-    for peer, fn in [("simhash SimhashIndex k=3", run_simhash), ("datasketch MinHashLSH 0.7", run_minhash)]:
-        runs[peer] = median_run(lambda: fn(docs), a.repeat)
-        print(peer, f"{runs[peer][1]:.1f} s", file=sys.stderr, flush=True)
+        systems[f"stream-dedup scan, engine.max_bucket {cap}"] = partial(run_scan, path, cap)
+    systems["simhash SimhashIndex k=3"] = lambda: run_simhash(docs)
+    systems["datasketch MinHashLSH 0.7"] = lambda: run_minhash(docs)
+    runs = median_runs(systems, a.repeat)  # a round runs each once, every other round in reverse
+    for name, (_, secs) in runs.items():
+        print(name, f"{secs:.1f} s", file=sys.stderr, flush=True)
     best_peer = max(len(docs) / s for k, (_, s) in runs.items() if not k.startswith("stream-dedup"))
     rows, out = [], []
     for system, (verdicts, secs) in runs.items():

@@ -40,8 +40,9 @@ COMMANDS = {"quality": "python bench/quality.py", "fingerprint": "python bench/f
 
 def base_of(name: str) -> str:
     """The script behind a result: kafka_e2e_rate618, kafka_e2e_half, kafka_e2e_half_p2 and
-    kafka_e2e_campaign are kafka_e2e's; scan_memory_compare is scan_memory's."""
-    return re.sub(r"(_rate\d+|_half)?(_p\d+)?(_campaign|_compare)?$", "", name)
+    kafka_e2e_campaign are kafka_e2e's; scan_memory_compare and scan_memory_compare_sms are
+    scan_memory's."""
+    return re.sub(r"(_rate\d+|_half)?(_p\d+)?(_campaign|_compare(_\w+)?)?$", "", name)
 
 
 def main() -> None:
@@ -54,7 +55,9 @@ def main() -> None:
         m = data.get("machine", {})
         base = base_of(name)
         table = (RESULTS / f"{name}.md").read_text(encoding="utf-8").rsplit("\n\n{", 1)[0]
-        parts.append(f"## {TITLES.get(base, name)}{' (' + name + ')' if name != base else ''}\n")
+        title = ("scan against other commits' scan (or a peer) on one input, alternated in one run"
+                 if name.startswith("scan_memory_compare") else TITLES.get(base, name))
+        parts.append(f"## {title}{' (' + name + ')' if name != base else ''}\n")
         cmd = COMMANDS.get(base, name)
         if isinstance(data.get("args"), dict):  # show the flags it ran with
             flags = [f"--{k.replace('_', '-')}" + ("" if v is True else

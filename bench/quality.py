@@ -10,7 +10,9 @@
 * datasketch.MinHashLSH(threshold=0.7, num_perm=128) over 5-character shingles of the raw text,
   the same loop.
 Precision / recall / F1 come from the same `eval` for all three; docs/s is the median wall time over
---repeat runs of each system (the verdicts are the same in every run).
+--repeat runs of each system (the verdicts are the same in every run). A run of every system is one
+round, and every other round runs them in the reverse order (``common.median_runs``), so that a
+slow or fast few minutes of the machine fall on all of them.
 For pairs.jsonl (paraphrase questions, none of them duplicates of each other except repeated
 questions) the table also gives the share of reworded pairs flagged (bigram Jaccard < 0.5).
 """
@@ -20,10 +22,11 @@ import argparse
 import json
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, devset, median_run, need_shared, read_jsonl, save, scan_cli, table  # noqa: E402
+from common import REPO, devset, median_runs, need_shared, read_jsonl, save, scan_cli, table  # noqa: E402
 
 from stream_dedup.evaluate import evaluate  # noqa: E402
 
@@ -107,14 +110,14 @@ def main() -> None:
     for name in a.sets:
         docs = read_jsonl(ds / f"{name}.jsonl")
         labels = read_jsonl(ds / f"{name}_labels.jsonl")
-        runs = {}
-        # (verdicts of the last run, median wall time): the verdicts are the same in every run
-        runs["stream-dedup scan"] = median_run(lambda: run_ours(ds / f"{name}.jsonl", tmp), a.repeat)
+        path = ds / f"{name}.jsonl"
+        systems = {"stream-dedup scan": lambda: run_ours(path, tmp)}
         for det in a.alone:
-            runs[f"stream-dedup scan, {det} only"] = median_run(lambda: run_ours(ds / f"{name}.jsonl", tmp, det),
-                                                                a.repeat)
-        for peer, fn in [("simhash SimhashIndex k=3", run_simhash), ("datasketch MinHashLSH 0.7", run_minhash)]:
-            runs[peer] = median_run(lambda: fn(docs), a.repeat)
+            systems[f"stream-dedup scan, {det} only"] = partial(run_ours, path, tmp, det)
+        systems["simhash SimhashIndex k=3"] = lambda: run_simhash(docs)
+        systems["datasketch MinHashLSH 0.7"] = lambda: run_minhash(docs)
+        # (verdicts of the last run, median wall time): the verdicts are the same in every run
+        runs = median_runs(systems, a.repeat)
         best_peer = max(len(docs) / s for k, (_, s) in runs.items() if not k.startswith("stream-dedup"))
         for system, (verdicts, secs) in runs.items():
             rep = evaluate(verdicts, labels)

@@ -28,8 +28,8 @@ To find which change made ``scan`` slower or bigger (how the fifty-second stop b
 ``--against`` names other checkouts (``git worktree add ../old 95dfb16``): their default ``scan``
 runs from their own tree beside this one's, alternately, and the table names them by commit
 (``+`` when the tree has changes not committed). ``--input`` scans a JSONL file of the user's
-instead of the built inputs. Runs that are not the default set write ``scan_memory_compare``, so
-that the recorded table is kept.
+instead of the built inputs. Runs that are not the default set write ``scan_memory_compare`` (with
+``--input F``: ``scan_memory_compare_<F's name>``), so that the recorded table is kept.
 """
 from __future__ import annotations
 
@@ -41,10 +41,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, SHARED, need_shared, save, table  # noqa: E402
+from common import REPO, SHARED, alternated, need_shared, save, table  # noqa: E402
 
 WORK = REPO / "bench" / "work" / "scan_memory"
 DEFAULT_IN_MEMORY = 100_000
@@ -152,27 +153,26 @@ def main() -> None:
         out = WORK / "verdicts.jsonl"
         WORK.mkdir(parents=True, exist_ok=True)
         default = {**env, "STREAM_DEDUP_ENGINE__DOCS_IN_MEMORY": str(DEFAULT_IN_MEMORY)}
-        args = [str(path.resolve()), "--out", str(out), "--no-progress"]
+        scan_args = [str(path.resolve()), "--out", str(out), "--no-progress"]
         systems: dict[str, tuple[list[str], dict[str, str], Path]] = {}
         if "default" in a.systems:
-            systems[f"scan, docs_in_memory {DEFAULT_IN_MEMORY:,} (default)"] = ([*scan, *args], default, REPO)
+            systems[f"scan, docs_in_memory {DEFAULT_IN_MEMORY:,} (default)"] = ([*scan, *scan_args], default, REPO)
         for t in trees:
             systems[f"scan default at {checkout_name(t)} ({t.name})"] = (
-                [*scan, *args], {**default, "PYTHONPATH": str(t)}, t)
+                [*scan, *scan_args], {**default, "PYTHONPATH": str(t)}, t)
         if "in-memory" in a.systems:
             systems["scan, every state in memory"] = (
-                [*scan, *args], {**env, "STREAM_DEDUP_ENGINE__DOCS_IN_MEMORY": str(n + 1)}, REPO)
+                [*scan, *scan_args], {**env, "STREAM_DEDUP_ENGINE__DOCS_IN_MEMORY": str(n + 1)}, REPO)
         if "peer" in a.systems:
             systems["simhash SimhashIndex k=3 loop"] = ([sys.executable, "-c", PEER, str(path), str(out)], env, REPO)
         if not systems:
             sys.exit("nothing to run: name a system or a checkout")
-        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in systems}
-        for r in range(max(1, a.repeat)):
-            for name in (list(systems) if r % 2 == 0 else list(reversed(systems))):
-                cmd, e, cwd = systems[name]
-                runs[name].append(measured(cmd, e, cwd))
-                s, mb = runs[name][-1]
-                print(f"{n:>9,} run {r + 1} {name}: {s:.1f} s, {mb:.0f} MB", file=sys.stderr, flush=True)
+        def run(name: str) -> tuple[float, float]:
+            s, mb = measured(*systems[name])
+            print(f"{n:>9,} {name}: {s:.1f} s, {mb:.0f} MB", file=sys.stderr, flush=True)
+            return s, mb
+
+        runs = alternated({name: partial(run, name) for name in systems}, a.repeat)
         got = {name: (statistics.median(x[0] for x in rs), statistics.median(x[1] for x in rs))
                for name, rs in runs.items()}
         ours_s, ours_mb = next(iter(got.values()))
@@ -186,8 +186,10 @@ def main() -> None:
     text = table(["docs", "system", "wall s", "docs/s", "peak RSS MB", "RSS / first row's", "time / first row's",
                   "wall s runs (in order)"], rows)
     recorded = a.input is None and not trees and list(a.systems) == list(SYSTEMS)
-    args = {**vars(a), "input": a.input and str(a.input), "against": [str(t) for t in trees]}
-    save("scan_memory" if recorded else "scan_memory_compare", {"args": args, "rows": data}, text)
+    name = "scan_memory" if recorded else "scan_memory_compare" + (f"_{a.input.stem}" if a.input else "")
+    args = {**vars(a), "docs": None if a.input else a.docs, "input": a.input and str(a.input),
+            "against": [str(t) for t in trees]}
+    save(name, {"args": args, "rows": data}, text)
 
 
 if __name__ == "__main__":
