@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Mapping, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("STREAM_DEDUP_SHARED", REPO.parent / "shared" / "data"))
@@ -90,20 +90,21 @@ def median_time(fn, repeat: int = 5) -> float:
     return median_run(fn, repeat)[1]
 
 
-def alternated(fns: dict[str, Callable[[], T]], repeat: int) -> dict[str, list[T]]:
+def alternated(fns: Mapping[str, Callable[[], T]], repeat: int) -> dict[str, list[T]]:
     """What each of ``fns`` returned in ``repeat`` rounds. A round calls each once, and every other
     round goes in the reverse order. Why: on this noisy machine a system's speed can change by a
     third within minutes, and systems timed one after another, each in a block of runs, were
     ranked by the minutes they got (``quality.py``'s SMS ratio read 0.84x and 1.16x ten minutes
     apart, 2026-12-03)."""
-    out: dict[str, list[T]] = {name: [] for name in fns}
+    names = list(fns)
+    out: dict[str, list[T]] = {name: [] for name in names}
     for r in range(max(1, repeat)):
-        for name in (list(fns) if r % 2 == 0 else list(reversed(fns))):
+        for name in (names if r % 2 == 0 else names[::-1]):
             out[name].append(fns[name]())
     return out
 
 
-def median_runs(fns: dict[str, Callable[[], T]], repeat: int) -> dict[str, tuple[T, float]]:
+def median_runs(fns: Mapping[str, Callable[[], T]], repeat: int) -> dict[str, tuple[T, float]]:
     """Each of ``fns`` run ``repeat`` times, ``alternated``: its last result and its median wall time."""
     def timed(fn: Callable[[], T]) -> Callable[[], tuple[T, float]]:
         def run() -> tuple[T, float]:

@@ -8,6 +8,7 @@ core/segment.py); (b) `stream-dedup scan` of the same file as a subprocess, star
 one process (`-j 0`) and with the default (news: one preparing process per core); (c) the same scan
 in-process without start-up, both ways. Also the share of warm scan time that the default segmenter's
 ``WordTokenizer.words`` (segmentation and filtering) takes, timed alone on the normalized texts.
+Each repeat is a round that runs every one of these once, every other round in reverse order.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, median_time, need_shared, read_jsonl, save, scan_cli, table  # noqa: E402
+from common import SHARED, median_runs, need_shared, read_jsonl, save, scan_cli, table  # noqa: E402
 
 
 def main() -> None:
@@ -35,31 +36,35 @@ def main() -> None:
     n = len(docs)
     tk = jieba.Tokenizer()
     tk.initialize()
-    t_jieba = median_time(lambda: [tk.lcut(d["text"]) for d in docs], a.repeat)
 
     def sub_scan(*options: str):
         with tempfile.TemporaryDirectory() as tmp:
             scan_cli(path, f"{tmp}/v.jsonl", *options)
 
-    cores = default_jobs()
-    settings = load_settings(environ={})
-    auto = auto_jobs(settings, str(path))
-    t_scan_cli = median_time(lambda: sub_scan("--jobs", "0"), a.repeat)
-    t_scan_cli_n = median_time(lambda: sub_scan(), a.repeat)
-    run_scan(settings, str(path), "/dev/null", quiet=True)  # warm: dictionary, IDF table, OpenCC
-    t_scan = median_time(lambda: run_scan(settings, str(path), "/dev/null", quiet=True), a.repeat)
-    t_scan_n = median_time(lambda: run_scan(settings, str(path), "/dev/null", quiet=True, jobs=cores), a.repeat)
-
     from stream_dedup.core import segment
     from stream_dedup.core.stages import Preparer
     from stream_dedup.core.tokenize import WordTokenizer
 
+    cores = default_jobs()
+    settings = load_settings(environ={})
+    auto = auto_jobs(settings, str(path))
     seg = segment.load(None, settings.text.segmenter)
-    t_rs = median_time(lambda: [seg.lcut(d["text"]) for d in docs], a.repeat)
     rs = WordTokenizer.from_settings(settings.text)
     prep = Preparer(settings)
     texts = [prep.document(d, i).text for i, d in enumerate(docs)]
-    t_words = median_time(lambda: [rs.words(t) for t in texts], a.repeat)
+    run_scan(settings, str(path), "/dev/null", quiet=True)  # warm: dictionary, IDF table, OpenCC
+    # every system once a round, every other round in reverse (common.median_runs)
+    t = {name: secs for name, (_, secs) in median_runs({
+        "jieba": lambda: [tk.lcut(d["text"]) for d in docs],
+        "scan_cli": lambda: sub_scan("--jobs", "0"),
+        "scan_cli_n": lambda: sub_scan(),
+        "scan": lambda: run_scan(settings, str(path), "/dev/null", quiet=True),
+        "scan_n": lambda: run_scan(settings, str(path), "/dev/null", quiet=True, jobs=cores),
+        "segmenter": lambda: [seg.lcut(d["text"]) for d in docs],
+        "words": lambda: [rs.words(x) for x in texts],
+    }, a.repeat).items()}
+    t_jieba, t_scan_cli, t_scan_cli_n, t_scan, t_scan_n, t_rs, t_words = (
+        t[k] for k in ("jieba", "scan_cli", "scan_cli_n", "scan", "scan_n", "segmenter", "words"))
 
     rows = [["jieba.lcut (dictionary loaded), 1 process", round(n / t_jieba, 1), 1.0],
             [f"{settings.text.segmenter} lcut, the default segmenter (loaded), 1 process", round(n / t_rs, 1),

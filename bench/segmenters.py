@@ -18,10 +18,11 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, median_time, need_shared, read_jsonl, save, table  # noqa: E402
+from common import SHARED, median_runs, need_shared, read_jsonl, save, table  # noqa: E402
 
 from stream_dedup.core import segment  # noqa: E402
 from stream_dedup.core.text import normalize  # noqa: E402
@@ -48,6 +49,10 @@ def _filtered(tokens: list[str], stop: frozenset[str]) -> list[str]:
     return [w for w in tokens if w not in stop and not w.isspace() and _WORD.search(w)]
 
 
+def _each(fn, docs: list[str]) -> list:
+    return [fn(d) for d in docs]
+
+
 def _texts(rel: str, key: str, limit: int | None = None) -> list[str]:
     return [_SENTENCE_DOT.sub("。", normalize(d[key])) for d in read_jsonl(SHARED / rel, limit) if d.get(key)]
 
@@ -71,14 +76,17 @@ def main() -> None:
     speed_rows, out = [], {"speed": [], "agreement": []}
     for name, docs in [("news", _texts(*CORPORA["news"], a.speed_docs)),
                        ("sms", _texts(*CORPORA["sms"], a.speed_docs * 5))]:
-        base = median_time(lambda: [segs["jieba"].lcut(d) for d in docs], 3)
-        for seg, tk in segs.items():
-            secs = base if seg == "jieba" else median_time(lambda: [tk.lcut(d) for d in docs], 3)
+        # every run once a round, every other round in reverse (common.median_runs)
+        runs = {seg: partial(_each, tk.lcut, docs) for seg, tk in segs.items()}
+        runs |= {"jieba words": partial(_each, ref_words.words, docs), "rjieba words": partial(_each, rs_words.words, docs)}
+        t = {k: secs for k, (_, secs) in median_runs(runs, 3).items()}
+        base = t["jieba"]
+        for seg in segs:
+            secs = t[seg]
             speed_rows.append([name, f"{seg}: segmentation", len(docs), round(len(docs) / secs, 1), round(base / secs, 2)])
             out["speed"].append({"set": name, "run": f"{seg}: segmentation", "docs_per_s": len(docs) / secs,
                                  "vs_jieba": base / secs})
-        w_ref = median_time(lambda: [ref_words.words(d) for d in docs], 3)
-        w_rs = median_time(lambda: [rs_words.words(d) for d in docs], 3)
+        w_ref, w_rs = t["jieba words"], t["rjieba words"]
         for run, secs in [("jieba: words (segment + filter)", w_ref), ("rjieba: words (segment + filter)", w_rs)]:
             speed_rows.append([name, run, len(docs), round(len(docs) / secs, 1), round(w_ref / secs, 2)])
             out["speed"].append({"set": name, "run": run, "docs_per_s": len(docs) / secs, "vs_jieba": w_ref / secs})
