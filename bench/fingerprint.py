@@ -70,7 +70,6 @@ def main() -> None:
                 chunk = feats[i:i + 256]
                 simhash_many([w for w, _ in chunk], [wt for _, wt in chunk])
 
-
         def peer_mh():
             for sb in sbytes:
                 m = MinHash(num_perm=128)
@@ -81,7 +80,6 @@ def main() -> None:
                 m = MinHash(num_perm=128)
                 for b in sb:
                     m.update(b)
-
 
         def ng_alone():
             for d in docs:

@@ -108,9 +108,9 @@ def main() -> None:
     tmp = REPO / "bench" / "work"
     rows, out = [], []
     for name in a.sets:
-        docs = read_jsonl(ds / f"{name}.jsonl")
-        labels = read_jsonl(ds / f"{name}_labels.jsonl")
         path = ds / f"{name}.jsonl"
+        docs = read_jsonl(path)
+        labels = read_jsonl(ds / f"{name}_labels.jsonl")
         systems = {"stream-dedup scan": lambda: run_ours(path, tmp)}
         for det in a.alone:
             systems[f"stream-dedup scan, {det} only"] = partial(run_ours, path, tmp, det)

@@ -147,11 +147,14 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
     scan = [sys.executable, "-m", "stream_dedup.cli", "scan"]
     rows, data = [], []
-    inputs = [(a.input, sum(1 for _ in open(a.input, encoding="utf-8")))] if a.input else \
-        [(build(n), n) for n in a.docs]
+    if a.input:
+        with open(a.input, encoding="utf-8") as f:
+            inputs = [(a.input, sum(1 for _ in f))]
+    else:
+        inputs = [(build(n), n) for n in a.docs]
+    WORK.mkdir(parents=True, exist_ok=True)  # the verdicts' file, for an --input too
     for path, n in inputs:
         out = WORK / "verdicts.jsonl"
-        WORK.mkdir(parents=True, exist_ok=True)
         default = {**env, "STREAM_DEDUP_ENGINE__DOCS_IN_MEMORY": str(DEFAULT_IN_MEMORY)}
         scan_args = [str(path.resolve()), "--out", str(out), "--no-progress"]
         systems: dict[str, tuple[list[str], dict[str, str], Path]] = {}
@@ -167,6 +170,7 @@ def main() -> None:
             systems["simhash SimhashIndex k=3 loop"] = ([sys.executable, "-c", PEER, str(path), str(out)], env, REPO)
         if not systems:
             sys.exit("nothing to run: name a system or a checkout")
+
         def run(name: str) -> tuple[float, float]:
             s, mb = measured(*systems[name])
             print(f"{n:>9,} {name}: {s:.1f} s, {mb:.0f} MB", file=sys.stderr, flush=True)
