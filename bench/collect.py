@@ -39,10 +39,10 @@ COMMANDS = {"quality": "python bench/quality.py", "fingerprint": "python bench/f
 
 
 def base_of(name: str) -> str:
-    """The script behind a result: kafka_e2e_rate618, kafka_e2e_half, kafka_e2e_half_p2 and
-    kafka_e2e_campaign are kafka_e2e's; scan_memory_compare and scan_memory_compare_sms are
-    scan_memory's."""
-    return re.sub(r"(_rate\d+|_half)?(_p\d+)?(_campaign|_compare(_\w+)?)?$", "", name)
+    """The script behind a result: kafka_e2e_rate618, kafka_e2e_half, kafka_e2e_half_p2,
+    kafka_e2e_campaign and kafka_e2e_compare are kafka_e2e's; scan_memory_compare and
+    scan_memory_compare_sms are scan_memory's."""
+    return re.sub(r"(_rate\d+|_half)?(_p\d+)?(_campaign)?(_compare(_\w+)?)?$", "", name)
 
 
 def main() -> None:
@@ -55,8 +55,10 @@ def main() -> None:
         m = data.get("machine", {})
         base = base_of(name)
         table = (RESULTS / f"{name}.md").read_text(encoding="utf-8").rsplit("\n\n{", 1)[0]
-        title = ("scan against other commits' scan (or a peer) on one input, alternated in one run"
-                 if name.startswith("scan_memory_compare") else TITLES.get(base, name))
+        title = TITLES.get(base, name)
+        if "_compare" in name:  # --against: other checkouts beside this one
+            title = ("scan against other commits' scan (or a peer) on one input, alternated in one run"
+                     if base == "scan_memory" else f"{title}: other commits' workers alternated with these in one run")
         parts.append(f"## {title}{' (' + name + ')' if name != base else ''}\n")
         cmd = COMMANDS.get(base, name)
         if isinstance(data.get("args"), dict):  # show the flags it ran with

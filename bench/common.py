@@ -117,6 +117,25 @@ def median_runs(fns: Mapping[str, Callable[[], T]], repeat: int) -> dict[str, tu
     return {name: (rs[-1][0], statistics.median(t for _, t in rs)) for name, rs in runs.items()}
 
 
+def checkout_name(tree: Path) -> str:
+    """The commit a checkout is at, ``+`` when its files differ from it: what a row of another
+    checkout's runs is named by (``--against``)."""
+    rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    return rev + ("+" if dirty else "")
+
+
+def checkouts(paths: list[Path]) -> list[Path]:
+    """``--against``'s folders, resolved; exits when one is not a checkout of stream-dedup."""
+    trees = [t.resolve() for t in paths]
+    for t in trees:
+        if not (t / "stream_dedup" / "cli.py").is_file():
+            sys.exit(f"--against {t}: not a checkout of stream-dedup (no stream_dedup/cli.py)")
+    return trees
+
+
 def machine() -> dict:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,

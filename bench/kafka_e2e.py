@@ -39,6 +39,16 @@ run (``stream_dedup_batch_messages`` and ``stream_dedup_batch_seconds``): full b
 rate, small ones at a steady rate, where an event costs more CPU.
 With --profile, py-spy samples every worker during the measured run and a second table says where
 their CPU went (bench/worker_profile.py); the results are then written as kafka_profile*.
+
+To tell a change's cost from the hour's (how the fifty-fourth stop cleared a news slowdown):
+
+    python bench/kafka_e2e.py --workers 1 --kinds news --against ../old
+
+``--against`` names other checkouts (``git worktree add ../old 2720619``): each configuration's
+runs alternate between this tree's workers and theirs (a round runs each once, every other round in
+the reverse order), on the same broker, and the table's first column names the code by commit
+(``+`` when the tree has changes not committed). The embedded rate, and so "kafka/scan", is this
+tree's. The results' name then ends in ``_compare``, so that the recorded tables are kept.
 """
 from __future__ import annotations
 
@@ -57,10 +67,13 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections import Counter
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, RESULTS, devset, need_shared, read_jsonl, save, settings_for, table  # noqa: E402
+from common import (REPO, RESULTS, alternated, checkout_name, checkouts, devset, need_shared, read_jsonl,  # noqa: E402
+                    save, settings_for, table)
 from worker_profile import CpuMeter, Profiler, summary  # noqa: E402
 import campaign  # noqa: E402
 
@@ -239,14 +252,15 @@ PACE_TICK_S = 0.005
 
 
 def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, profile: bool = False,
-            partitions: int = 6) -> dict:
+            partitions: int = 6, tree: Path = REPO) -> dict:
+    """One measured run, the workers started from the checkout ``tree`` (its own ``stream_dedup``)."""
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     s = settings_for(prefix, partitions=partitions)
     apply(s)
     ports = [free_port() for _ in range(workers)]
     procs = [subprocess.Popen([sys.executable, "-m", "stream_dedup.cli", "worker"],
-                              env=env_for(s, str(tmp / f"{prefix}-{i}"), ports[i]),
-                              stdout=open(tmp / f"{prefix}-{i}.log", "wb"), stderr=subprocess.STDOUT, cwd=REPO)
+                              env={**env_for(s, str(tmp / f"{prefix}-{i}"), ports[i]), "PYTHONPATH": str(tree)},
+                              stdout=open(tmp / f"{prefix}-{i}.log", "wb"), stderr=subprocess.STDOUT, cwd=tree)
              for i in range(workers)]
     c = consumer(s, f"{prefix}-reader")
     c.subscribe([s.topics.verdicts])
@@ -355,22 +369,25 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
 
 
 def measure(kind: str, events: list[dict], w: int, rate: float | None, repeat: int, tmp: Path, profile: bool,
-            partitions: int) -> dict:
-    """One configuration run ``repeat`` times, combined (``combine``)."""
-    runs = []
-    for i in range(repeat):
-        one = run_one(events, w, rate, tmp, profile, partitions)
-        print(f"{kind} x{w} rate {rate or 'max'} run {i + 1}/{repeat}: {one['events_per_s']} events/s, p50 "
-              f"{one['latency_median_ms']} ms, p99 {one['latency_p99_ms']} ms, worker logs:",
-              one.get("worker_log"), "cores per worker:", one["cpu"]["per_worker_cores"], flush=True)
-        if (min(one["cpu"]["per_worker_cores"]) < 0.05 or one["worker_log"]["errors"]
-                or one["worker_log"]["exited early"]):
+            partitions: int, trees: dict[str, Path]) -> list[dict]:
+    """One configuration run ``repeat`` times with the workers of each of ``trees`` (code name ->
+    checkout), the checkouts alternated run by run (``common.alternated``), and combined per
+    checkout (``combine``)."""
+    done: Counter[str] = Counter()
+
+    def one(code: str) -> dict:
+        r = run_one(events, w, rate, tmp, profile, partitions, trees[code])
+        done[code] += 1
+        print(f"{kind} x{w} rate {rate or 'max'}{' at ' + code if len(trees) > 1 else ''} run {done[code]}/{repeat}: "
+              f"{r['events_per_s']} events/s, p50 {r['latency_median_ms']} ms, p99 {r['latency_p99_ms']} ms, "
+              "worker logs:", r.get("worker_log"), "cores per worker:", r["cpu"]["per_worker_cores"], flush=True)
+        if min(r["cpu"]["per_worker_cores"]) < 0.05 or r["worker_log"]["errors"] or r["worker_log"]["exited early"]:
             print("warning: in this run a worker did (almost) nothing, left early or logged an error; "
                   "see worker_log and cpu in the JSON", flush=True)
-        runs.append(one)
-    r = combine(runs)
-    r.update(kind=kind, workers=w, rate=rate)
-    return r
+        return r
+
+    runs = alternated({code: partial(one, code) for code in trees}, repeat)
+    return [{**combine(rs), "kind": kind, "workers": w, "rate": rate, "code": code} for code, rs in runs.items()]
 
 
 AGENTS = ("prepare", "index", "decide")
@@ -453,12 +470,22 @@ def main() -> None:
     ap.add_argument("--warmup-seconds", type=float, default=25.0, metavar="S",
                     help="and more such runs until the broker has been under load for S seconds in all "
                          f"(at most {MAX_WARMUP_RUNS} runs; 0: --warmup-runs only)")
+    ap.add_argument("--against", type=Path, nargs="+", default=[], metavar="CHECKOUT",
+                    help="other checkouts of stream-dedup whose workers run each configuration too, "
+                         "alternately with this tree's; the results' name then ends in _compare")
     a = ap.parse_args()
     repeat = a.repeat or (1 if a.profile else 3)
     if a.profile and not Profiler.available():
         ap.error("--profile needs py-spy: pip install -e '.[bench]'")
     need_shared()
+    trees = {checkout_name(REPO): REPO}
+    trees.update({f"{checkout_name(t)} ({t.name})": t for t in checkouts(a.against)})
     half = a.rate == "half"
+    code_head = ["code"] if a.against else []  # a column only when checkouts are compared
+
+    def code(r: dict) -> list[str]:
+        return [r["code"]] if a.against else []
+
     fixed_rate = None if half else a.rate
     started = False
     broker_env = dict(os.environ, KAFKA_PORT="19192")  # no KAFKA_BOOTSTRAP: kafka.sh leaves a named cluster alone
@@ -493,41 +520,45 @@ def main() -> None:
         for kind, events in events_of.items():
             embedded(events[:100])  # warm, as the workers are: jieba's dictionary loaded, code paths run once
             scan_rate = statistics.median(embedded(events) for _ in range(repeat))
-            def record(r: dict) -> dict:
-                r.update(scan_events_per_s=round(scan_rate, 1), ratio_to_scan=round(r["events_per_s"] / scan_rate, 3))
-                results.append(r)
-                rows.append(row(r, scan_rate))
-                print(rows[-1], flush=True)
-                return r
+            def record(rs: list[dict]) -> dict:
+                for r in rs:
+                    r.update(scan_events_per_s=round(scan_rate, 1),
+                             ratio_to_scan=round(r["events_per_s"] / scan_rate, 3))
+                    results.append(r)
+                    rows.append([*code(r), *row(r, scan_rate)])
+                    print(rows[-1], flush=True)
+                return rs[0]
 
             for w in a.workers:
-                first = record(measure(kind, events, w, fixed_rate, repeat, tmp, a.profile, a.partitions))
-                if half:  # the same configuration again, at half the rate it just reached
+                first = record(measure(kind, events, w, fixed_rate, repeat, tmp, a.profile, a.partitions, trees))
+                if half:  # the same configuration again, at half the rate it just reached (this tree's)
                     record(measure(kind, events, w, round(first["events_per_s"] / 2, 1), repeat, tmp, a.profile,
-                                   a.partitions))
+                                   a.partitions, trees))
     finally:
         if started:
             # not os.environ, which names the broker by now: kafka.sh would leave it running
             subprocess.run([str(REPO / "deploy/kafka/kafka.sh"), "stop"], env=broker_env)
         shutil.rmtree(tmp, ignore_errors=True)
-    text = table(["kind", "workers", "rate", "events", "answered", "events/s", "events/s runs", "latency p50 ms",
+    text = table([*code_head, "kind", "workers", "rate", "events", "answered", "events/s", "events/s runs", "latency p50 ms",
                   "latency p99 ms", "p99 runs", "scan events/s", "kafka/scan", "internal msgs/event", "changelog msgs/event",
                   "changelog KB/event", "worker CPU ms/event", "main threads", "stages' code",
                   "msgs per batch", "ms per batch", "cores: workers", "broker", "kernel irq", "rest", "bench client", "idle"], rows)
     name = (("kafka_profile" if a.profile else "kafka_e2e")
             + ("_half" if half else f"_rate{int(a.rate)}" if a.rate else "")
             + (f"_p{a.partitions}" if a.partitions != 6 else "")
-            + ("_campaign" if "campaign" in a.kinds else ""))
+            + ("_campaign" if "campaign" in a.kinds else "")
+            + ("_compare" if a.against else ""))
     if a.profile:
         text += "\n\nWhere the workers' CPU went (py-spy, all workers together; shares of CPU in use):\n\n" + table(
-            ["kind", "workers", "category", "share of CPU", "CPU ms/event"],
-            [[r["kind"], r["workers"], cat, v["share"], v["cpu_ms_per_event"]]
+            ([*code_head, "kind", "workers", "category", "share of CPU", "CPU ms/event"]),
+            [[*code(r), r["kind"], r["workers"], cat, v["share"], v["cpu_ms_per_event"]]
              for r in results for cat, v in r["profile"]["by_category"].items()]
-            + [[r["kind"], r["workers"], "all", 1.0, r["profile"]["cpu_ms_per_event"]] for r in results])
+            + [[*code(r), r["kind"], r["workers"], "all", 1.0, r["profile"]["cpu_ms_per_event"]] for r in results])
     for r in results:
-        print(f"{r['kind']} x{r['workers']} rate {r['rate'] or 'max'}: latency p50/p99 ms by tenth of the run:",
+        print(f"{r['kind']} x{r['workers']} rate {r['rate'] or 'max'} at {r['code']}: latency p50/p99 ms by tenth of the run:",
               " ".join(f"{t['p50_ms']:.0f}/{t['p99_ms']:.0f}" for t in r["latency_by_tenth"]))
-    save(name, {"runs": results, "broker_warmup_runs": warmups, "args": vars(a)}, text)
+    save(name, {"runs": results, "broker_warmup_runs": warmups,
+                "args": {**vars(a), "against": [str(t) for t in a.against]}}, text)
     plot(name, results)
 
 
@@ -547,7 +578,7 @@ def plot(name: str, results: list[dict]) -> None:
         xs, ys = zip(*r["timeline"]) if r["timeline"] else ((), ())
         ax.scatter(xs, ys, s=2)
         ax.set_yscale("log")
-        ax.set_title(f"{r['kind']}, {r['workers']} worker(s), rate {r['rate'] or 'max'}", fontsize=9)
+        ax.set_title(f"{r['kind']}, {r['workers']} worker(s), rate {r['rate'] or 'max'}, {r['code']}", fontsize=9)
         ax.set_ylabel("latency ms")
     axes[-1, 0].set_xlabel("send time s")
     fig.tight_layout()

@@ -45,7 +45,7 @@ from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, SHARED, alternated, need_shared, save, table  # noqa: E402
+from common import REPO, SHARED, alternated, checkout_name, checkouts, need_shared, save, table  # noqa: E402
 
 WORK = REPO / "bench" / "work" / "scan_memory"
 DEFAULT_IN_MEMORY = 100_000
@@ -112,15 +112,6 @@ def measured(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = REPO
 SYSTEMS = ("default", "in-memory", "peer")
 
 
-def checkout_name(tree: Path) -> str:
-    """The commit a checkout is at, ``+`` when its files differ from it: the row's name."""
-    rev = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    return rev + ("+" if dirty else "")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, nargs="+", default=[100_000, 300_000, 900_000])
@@ -136,10 +127,7 @@ def main() -> None:
         need_shared()
     elif not a.input.is_file():
         sys.exit(f"--input {a.input}: no such file")
-    trees = [t.resolve() for t in a.against]
-    for t in trees:
-        if not (t / "stream_dedup" / "cli.py").is_file():
-            sys.exit(f"--against {t}: not a checkout of stream-dedup (no stream_dedup/cli.py)")
+    trees = checkouts(a.against)
     import compileall
 
     for tree in (REPO, *trees):
