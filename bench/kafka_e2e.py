@@ -555,7 +555,8 @@ def main() -> None:
              for r in results for cat, v in r["profile"]["by_category"].items()]
             + [[*code(r), r["kind"], r["workers"], "all", 1.0, r["profile"]["cpu_ms_per_event"]] for r in results])
     for r in results:
-        print(f"{r['kind']} x{r['workers']} rate {r['rate'] or 'max'} at {r['code']}: latency p50/p99 ms by tenth of the run:",
+        print(f"{r['kind']} x{r['workers']} rate {r['rate'] or 'max'}{' at ' + r['code'] if a.against else ''}: "
+              "latency p50/p99 ms by tenth of the run:",
               " ".join(f"{t['p50_ms']:.0f}/{t['p99_ms']:.0f}" for t in r["latency_by_tenth"]))
     save(name, {"runs": results, "broker_warmup_runs": warmups,
                 "args": {**vars(a), "against": [str(t) for t in a.against]}}, text)
