@@ -38,7 +38,9 @@ batch" and "ms per batch" are the agents' average batch, prepare / index / decid
 run (``stream_dedup_batch_messages`` and ``stream_dedup_batch_seconds``): full batches at the maximum
 rate, small ones at a steady rate, where an event costs more CPU.
 With --profile, py-spy samples every worker during the measured run and a second table says where
-their CPU went (bench/worker_profile.py); the results are then written as kafka_profile*.
+their CPU went (bench/worker_profile.py); the results are then written as kafka_profile*. The raw
+samples stay in bench/work/profiles/<run>/, and ``python bench/worker_profile.py
+bench/work/profiles/<run>/profile-*.txt`` lists the functions each category's CPU went to.
 
 To tell a change's cost from the hour's (how the fifty-fourth stop cleared a news slowdown):
 
@@ -248,6 +250,7 @@ def drop_topics(s, prefix: str) -> None:
 # half the SMS maximum) cost this script 0.18 core of the machine's two, against 0.07 sending at full speed,
 # and the workers and the broker share those cores. The producer's own linger (librdkafka, 5 ms) groups
 # them the same way either way; each event's latency counts from its own send time.
+PROFILES = REPO / "bench" / "work" / "profiles"  # --profile's raw py-spy samples, one folder a run
 PACE_TICK_S = 0.005
 
 
@@ -291,7 +294,11 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
 
         reader = threading.Thread(target=read)
         pids = [pr.pid for pr in procs]
-        profiler = Profiler(pids, tmp) if profile else None
+        profiler = None
+        if profile:  # the raw samples stay for `python bench/worker_profile.py <folder>/profile-*.txt`
+            (kept := PROFILES / prefix).mkdir(parents=True, exist_ok=True)
+            print(f"py-spy samples: {kept.relative_to(REPO)}", flush=True)
+            profiler = Profiler(pids, kept)
         if profiler is not None:
             profiler.start()
         meter = CpuMeter(pids, broker_pid())

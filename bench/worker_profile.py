@@ -100,6 +100,37 @@ def category(frames: list[str]) -> str:
     return LOOP
 
 
+def top(raw: str, n: int = 12, lines: bool = False) -> dict[str, list[tuple[str, int]]]:
+    """The functions each category's samples fall in, most samples first: a sample counts for the
+    innermost frame of its category's package (the core's for the core, the driver's for the
+    driver), so a driver function's row includes the standard library it calls (JSON, struct).
+    What the shares alone cannot say: which function a cut should start from."""
+    by: dict[str, Counter] = {}
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        cat = category(frames)
+        needle = "/stream_dedup/core/" if cat == CORE else next((k for k, v in PACKAGES if v == cat), None)
+        frame = next((f for f in reversed(frames) if needle and needle in f), frames[-1])
+        by.setdefault(cat, Counter())[short(frame, lines)] += int(count)
+    return {cat: c.most_common(n) for cat, c in sorted(by.items(), key=lambda kv: -sum(kv[1].values()))}
+
+
+def short(frame: str, lines: bool = False) -> str:
+    """``func (/long/path/site-packages/pkg/mod.py:12)`` -> ``func (pkg/mod.py)``, or ``...:12)``
+    with ``lines`` (py-spy's raw frames name the line each sample was on)."""
+    name, _, where = frame.partition(" (")
+    for cut in ("/site-packages/", "/stream_dedup/", "/lib/python3"):
+        if cut in where:
+            where = (cut.strip("/") + "/" if cut == "/stream_dedup/" else "") + where.split(cut, 1)[1]
+            break
+    if not lines:
+        where = where.rsplit(":", 1)[0] + ")" if ":" in where else where
+    return f"{name} ({where}" if where else name
+
+
 def summary(counters: list[Counter], events: int) -> dict:
     """Shares of CPU in use and CPU ms per event, by category, over all workers."""
     total = Counter()
@@ -175,3 +206,21 @@ class CpuMeter:
                 "irq_cores": round(irq / wall, 2),
                 "rest_cores": round(max(0.0, busy - workers - own - broker - irq) / wall, 2),
                 "idle_cores": round((idle1 - idle0) / wall, 2)}
+
+
+if __name__ == "__main__":
+    # python bench/worker_profile.py bench/work/profiles/<run>/profile-*.txt: the top functions per
+    # category, over all the files given (kafka_e2e.py --profile keeps each run's raw samples there)
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--lines", action="store_true", help="one row per line, not per function")
+    a = ap.parse_args()
+    raw = "\n".join(f.read_text(errors="replace") for f in a.files)
+    total = sum(int(line.rpartition(" ")[2]) for line in raw.splitlines() if line.rpartition(" ")[2].isdigit())
+    for cat, rows in top(raw, a.top, a.lines).items():
+        print(f"\n{cat}")
+        for frame, k in rows:
+            print(f"  {k / max(1, total):6.1%}  {frame}")
