@@ -48,7 +48,8 @@ def base_of(name: str) -> str:
 def main() -> None:
     parts = ["# Benchmark results\n", "Latest run of each script on the project's 2-core development machine "
              "(noisy: medians and ratios measured in one run matter, not absolute numbers).\n"]
-    names = sorted({p.stem for p in RESULTS.glob("*.json")},
+    # <name>_trial: kafka_e2e's quick checks beside a recorded table (not committed: .gitignore)
+    names = sorted({p.stem for p in RESULTS.glob("*.json") if not p.stem.endswith("_trial")},
                    key=lambda n: (ORDER.index(base_of(n)) if base_of(n) in ORDER else 99, n))
     for name in names:
         data = json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))

@@ -51,6 +51,11 @@ runs alternate between this tree's workers and theirs (a round runs each once, e
 the reverse order), on the same broker, and the table's first column names the code by commit
 (``+`` when the tree has changes not committed). The embedded rate, and so "kafka/scan", is this
 tree's. The results' name then ends in ``_compare``, so that the recorded tables are kept.
+
+A run whose workers, kinds or events differ from those of the recorded table of its name
+(``RECORDED``: kafka_e2e, kafka_e2e_half, kafka_profile, kafka_e2e_campaign) is written as
+``<name>_trial``, which ``collect.py`` and git leave out: ``--workers 2 --kinds sms`` to check a
+change no longer replaces the 1- and 2-worker table.
 """
 from __future__ import annotations
 
@@ -250,6 +255,13 @@ def drop_topics(s, prefix: str) -> None:
 # half the SMS maximum) cost this script 0.18 core of the machine's two, against 0.07 sending at full speed,
 # and the workers and the broker share those cores. The producer's own linger (librdkafka, 5 ms) groups
 # them the same way either way; each event's latency counts from its own send time.
+# the tables that TARGETS.md cites, with the workers, kinds and events of their commands (README's
+# Benchmarks section): a run under one of these names with other ones is written as <name>_trial,
+# so that a quick check does not replace a recording (the fifty-fourth stop lost one so)
+RECORDED = {"kafka_e2e": ([1, 2], ["sms", "news"], 10000),
+            "kafka_e2e_half": ([2], ["sms", "news"], 10000),
+            "kafka_profile": ([2], ["sms"], 10000),
+            "kafka_e2e_campaign": ([2], ["sms", "campaign"], 10000)}
 PROFILES = REPO / "bench" / "work" / "profiles"  # --profile's raw py-spy samples, one folder a run
 PACE_TICK_S = 0.005
 
@@ -555,6 +567,9 @@ def main() -> None:
             + (f"_p{a.partitions}" if a.partitions != 6 else "")
             + ("_campaign" if "campaign" in a.kinds else "")
             + ("_compare" if a.against else ""))
+    recorded = RECORDED.get(name)
+    if recorded is not None and recorded != (a.workers, a.kinds, a.events):
+        name += "_trial"  # a subset of a recorded table's command: keep the recorded table
     if a.profile:
         text += "\n\nWhere the workers' CPU went (py-spy, all workers together; shares of CPU in use):\n\n" + table(
             ([*code_head, "kind", "workers", "category", "share of CPU", "CPU ms/event"]),
