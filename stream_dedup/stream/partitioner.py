@@ -3,13 +3,46 @@
 Why: aiokafka's ``murmur2`` walks the key byte by byte in Python (4-7 µs for a 20-byte document id
 on this machine), and a worker partitions every verdict's key twice, once for the verdicts topic
 and once for unique or duplicate. ``KeyHashes`` remembers the hashes of the last few thousand
-keys, so the second topic of a verdict costs a dict lookup (0.13 µs). Records keep the partition
+keys, so the second topic of a verdict costs a dict lookup (0.13 µs), and computes a new key's
+hash a word at a time (``murmur2``, 2.3 µs for the 20-byte id). Records keep the partition
 aiokafka (and Java) would give them: a compacted topic keeps one partition per key, whoever
 writes it.
 """
 from __future__ import annotations
 
-from aiokafka.partitioner import DefaultPartitioner, murmur2
+import struct
+
+from aiokafka.partitioner import DefaultPartitioner
+
+_M = 0x5BD1E995  # Kafka's murmur2 constants (org.apache.kafka.common.utils.Utils.murmur2)
+_SEED = 0x9747B28C
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 of ``data``, equal to aiokafka's ``murmur2`` (an unsigned 32-bit int).
+
+    Why not aiokafka's: it assembles each 4-byte word from single bytes and masks after every
+    step; ``struct`` reads the words at once and a product is masked once, 1.9x faster on a
+    20-byte key (4.3 against 2.3 µs, the fifty-fifth stop's ``worker_profile.py`` put aiokafka's
+    at 1.4 % of the workers' CPU)."""
+    n = len(data)
+    h = _SEED ^ n
+    for k in struct.unpack_from(f"<{n >> 2}I", data):
+        k = (k * _M) & _MASK
+        k = ((k ^ (k >> 24)) * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ k
+    tail = n & 3
+    if tail:
+        base = n & ~3
+        if tail == 3:
+            h ^= data[base + 2] << 16
+        if tail >= 2:
+            h ^= data[base + 1] << 8
+        h = ((h ^ data[base]) * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    return h ^ (h >> 15)
 
 
 class KeyHashes:

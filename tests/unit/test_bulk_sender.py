@@ -206,3 +206,23 @@ def test_key_hashes_are_murmur2_across_generations():
     assert [hashes(k, everyone, everyone) for k in keys] == [DefaultPartitioner()(k, everyone, everyone) for k in keys]
     assert hashes(None, everyone, everyone) in everyone
     assert is_default(DefaultPartitioner) and is_default(DefaultPartitioner()) and not is_default(lambda *a: 0)
+
+
+def test_murmur2_is_kafkas_for_every_length_and_byte():
+    """Ours reads words with struct; aiokafka's (Java's port) byte by byte: every tail length,
+    bytes with the top bit set (Java's signed bytes), Chinese ids in UTF-8, and the empty key."""
+    import random
+
+    from aiokafka.partitioner import murmur2 as theirs
+
+    from stream_dedup.stream.partitioner import murmur2
+
+    rnd = random.Random(55)
+    keys = [b"", b"\xff", b"\x80\x80\x80", "新闻-2026-12-04".encode(), b"sms-r12345-t67890123"]
+    keys += [bytes(rnd.randrange(256) for _ in range(n)) for n in range(70) for _ in range(20)]
+    assert [murmur2(k) for k in keys] == [theirs(k) for k in keys]
+    # known answers from Kafka's own tests (UtilsTest.testMurmur2), as unsigned ints
+    java = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,
+            b"a-little-bit-longer-string": -1486304829, b"abc": 479470107,
+            b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971}
+    assert {k: murmur2(k) for k in java} == {k: v & 0xFFFFFFFF for k, v in java.items()}
