@@ -118,6 +118,20 @@ def top(raw: str, n: int = 12, lines: bool = False) -> dict[str, list[tuple[str,
     return {cat: c.most_common(n) for cat, c in sorted(by.items(), key=lambda kv: -sum(kv[1].values()))}
 
 
+def inclusive(raw: str, n: int = 30, needle: str = "/stream_dedup/") -> list[tuple[str, int]]:
+    """Samples whose stack passes through each of this project's functions (callees included),
+    most first: which stage and which step of it a cut would pay off in (``top`` says which
+    function's own lines)."""
+    out: Counter = Counter()
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        for name in {short(f) for f in stack.split(";") if needle in f}:
+            out[name] += int(count)
+    return out.most_common(n)
+
+
 def short(frame: str, lines: bool = False) -> str:
     """``func (/long/path/site-packages/pkg/mod.py:12)`` -> ``func (pkg/mod.py)``, or ``...:12)``
     with ``lines`` (py-spy's raw frames name the line each sample was on)."""
@@ -217,9 +231,15 @@ if __name__ == "__main__":
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--lines", action="store_true", help="one row per line, not per function")
+    ap.add_argument("--inclusive", action="store_true",
+                    help="this project's functions with their callees' samples, instead of the categories")
     a = ap.parse_args()
     raw = "\n".join(f.read_text(errors="replace") for f in a.files)
     total = sum(int(line.rpartition(" ")[2]) for line in raw.splitlines() if line.rpartition(" ")[2].isdigit())
+    if a.inclusive:
+        for frame, k in inclusive(raw, a.top):
+            print(f"  {k / max(1, total):6.1%}  {frame}")
+        raise SystemExit(0)
     for cat, rows in top(raw, a.top, a.lines).items():
         print(f"\n{cat}")
         for frame, k in rows:
