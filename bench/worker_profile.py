@@ -21,6 +21,7 @@ come near /proc's CPU time.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import shutil
@@ -28,6 +29,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Iterator
 
 CORE = "core (judging the event, as scan does)"
 # innermost match wins; the order only breaks ties within one frame's path
@@ -77,14 +79,19 @@ class Profiler:
                 for pid in self.pids if (self.out / f"profile-{pid}.txt").exists()]
 
 
-def categorize(raw: str) -> Counter:
-    """Samples per category from py-spy's raw output (``frame;frame;...;frame count`` per line)."""
-    out: Counter = Counter()
+def samples(raw: str) -> Iterator[tuple[list[str], int]]:
+    """(frames, outermost first; count) from py-spy's raw output (``frame;...;frame count`` a line)."""
     for line in raw.splitlines():
         stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        out[category(stack.split(";"))] += int(count)
+        if stack and count.isdigit():
+            yield stack.split(";"), int(count)
+
+
+def categorize(raw: str) -> Counter:
+    """Samples per category."""
+    out: Counter = Counter()
+    for frames, count in samples(raw):
+        out[category(frames)] += count
     return out
 
 
@@ -106,15 +113,11 @@ def top(raw: str, n: int = 12, lines: bool = False) -> dict[str, list[tuple[str,
     driver), so a driver function's row includes the standard library it calls (JSON, struct).
     What the shares alone cannot say: which function a cut should start from."""
     by: dict[str, Counter] = {}
-    for line in raw.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        frames = stack.split(";")
+    for frames, count in samples(raw):
         cat = category(frames)
         needle = "/stream_dedup/core/" if cat == CORE else next((k for k, v in PACKAGES if v == cat), None)
         frame = next((f for f in reversed(frames) if needle and needle in f), frames[-1])
-        by.setdefault(cat, Counter())[short(frame, lines)] += int(count)
+        by.setdefault(cat, Counter())[short(frame, lines)] += count
     return {cat: c.most_common(n) for cat, c in sorted(by.items(), key=lambda kv: -sum(kv[1].values()))}
 
 
@@ -123,12 +126,9 @@ def inclusive(raw: str, n: int = 30, needle: str = "/stream_dedup/") -> list[tup
     most first: which stage and which step of it a cut would pay off in (``top`` says which
     function's own lines)."""
     out: Counter = Counter()
-    for line in raw.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        for name in {short(f) for f in stack.split(";") if needle in f}:
-            out[name] += int(count)
+    for frames, count in samples(raw):
+        for name in {short(f) for f in frames if needle in f}:  # a recursive function counts once
+            out[name] += count
     return out.most_common(n)
 
 
@@ -136,10 +136,7 @@ def short(frame: str, lines: bool = False) -> str:
     """``func (/long/path/site-packages/pkg/mod.py:12)`` -> ``func (pkg/mod.py)``, or ``...:12)``
     with ``lines`` (py-spy's raw frames name the line each sample was on)."""
     name, _, where = frame.partition(" (")
-    for cut in ("/site-packages/", "/stream_dedup/", "/lib/python3"):
-        if cut in where:
-            where = (cut.strip("/") + "/" if cut == "/stream_dedup/" else "") + where.split(cut, 1)[1]
-            break
+    where = re.sub(r"^.*(/site-packages/|/lib/python3\.\d+/|/(?=stream_dedup/))", "", where)
     if not lines:
         where = where.rsplit(":", 1)[0] + ")" if ":" in where else where
     return f"{name} ({where}" if where else name
@@ -235,7 +232,7 @@ if __name__ == "__main__":
                     help="this project's functions with their callees' samples, instead of the categories")
     a = ap.parse_args()
     raw = "\n".join(f.read_text(errors="replace") for f in a.files)
-    total = sum(int(line.rpartition(" ")[2]) for line in raw.splitlines() if line.rpartition(" ")[2].isdigit())
+    total = sum(count for _, count in samples(raw))
     if a.inclusive:
         for frame, k in inclusive(raw, a.top):
             print(f"  {k / max(1, total):6.1%}  {frame}")
