@@ -311,7 +311,6 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
             (kept := PROFILES / prefix).mkdir(parents=True, exist_ok=True)
             print(f"py-spy samples: {kept.relative_to(REPO)}", flush=True)
             profiler = Profiler(pids, kept)
-        if profiler is not None:
             profiler.start()
         meter = CpuMeter(pids, broker_pid())
         reader.start()

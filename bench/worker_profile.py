@@ -91,32 +91,34 @@ def categorize(raw: str) -> Counter:
     """Samples per category."""
     out: Counter = Counter()
     for frames, count in samples(raw):
-        out[category(frames)] += count
+        out[placed(frames)[0]] += count
     return out
 
 
-def category(frames: list[str]) -> str:
-    if any("/stream_dedup/core/" in f for f in frames):
-        return CORE
+def placed(frames: list[str]) -> tuple[str, str]:
+    """A sample's category, and the frame it counts for in ``top``: the innermost core frame for
+    the core, the innermost frame of the package that decided it otherwise, and the innermost
+    frame of all for the event loop and the standard library."""
+    core = [f for f in frames if "/stream_dedup/core/" in f]
+    if core:
+        return CORE, core[-1]
     for frame in reversed(frames):  # innermost first
         if frame.startswith(RUNNERS):
-            return LOOP
+            return LOOP, frames[-1]
         for needle, name in PACKAGES:
             if needle in frame:
-                return name
-    return LOOP
+                return name, frame
+    return LOOP, frames[-1]
 
 
 def top(raw: str, n: int = 12, lines: bool = False) -> dict[str, list[tuple[str, int]]]:
     """The functions each category's samples fall in, most samples first: a sample counts for the
-    innermost frame of its category's package (the core's for the core, the driver's for the
-    driver), so a driver function's row includes the standard library it calls (JSON, struct).
+    frame that decided its category (``placed``), so a driver function's row includes the
+    standard library it calls (JSON, struct).
     What the shares alone cannot say: which function a cut should start from."""
     by: dict[str, Counter] = {}
     for frames, count in samples(raw):
-        cat = category(frames)
-        needle = "/stream_dedup/core/" if cat == CORE else next((k for k, v in PACKAGES if v == cat), None)
-        frame = next((f for f in reversed(frames) if needle and needle in f), frames[-1])
+        cat, frame = placed(frames)
         by.setdefault(cat, Counter())[short(frame, lines)] += count
     return {cat: c.most_common(n) for cat, c in sorted(by.items(), key=lambda kv: -sum(kv[1].values()))}
 
@@ -127,7 +129,7 @@ def inclusive(raw: str, n: int = 30, needle: str = "/stream_dedup/") -> list[tup
     function's own lines)."""
     out: Counter = Counter()
     for frames, count in samples(raw):
-        for name in {short(f) for f in frames if needle in f}:  # a recursive function counts once
+        for name in sorted({short(f) for f in frames if needle in f}):  # a recursive function counts once; ties in a fixed order
             out[name] += count
     return out.most_common(n)
 
@@ -233,11 +235,8 @@ if __name__ == "__main__":
     a = ap.parse_args()
     raw = "\n".join(f.read_text(errors="replace") for f in a.files)
     total = sum(count for _, count in samples(raw))
-    if a.inclusive:
-        for frame, k in inclusive(raw, a.top):
-            print(f"  {k / max(1, total):6.1%}  {frame}")
-        raise SystemExit(0)
-    for cat, rows in top(raw, a.top, a.lines).items():
-        print(f"\n{cat}")
+    for cat, rows in ({"": inclusive(raw, a.top)} if a.inclusive else top(raw, a.top, a.lines)).items():
+        if cat:
+            print(f"\n{cat}")
         for frame, k in rows:
             print(f"  {k / max(1, total):6.1%}  {frame}")
