@@ -53,7 +53,7 @@ the reverse order), on the same broker, and the table's first column names the c
 tree's. The results' name then ends in ``_compare``, so that the recorded tables are kept.
 
 A run whose workers, kinds or events differ from those of the recorded table of its name
-(``RECORDED``: kafka_e2e, kafka_e2e_half, kafka_profile, kafka_e2e_campaign) is written as
+(``RECORDED``: kafka_e2e, kafka_e2e_half, kafka_profile, kafka_profile_half, kafka_e2e_campaign) is written as
 ``<name>_trial``, which ``collect.py`` and git leave out: ``--workers 2 --kinds sms`` to check a
 change no longer replaces the 1- and 2-worker table.
 """
@@ -261,6 +261,7 @@ def drop_topics(s, prefix: str) -> None:
 RECORDED = {"kafka_e2e": ([1, 2], ["sms", "news"], 10000),
             "kafka_e2e_half": ([2], ["sms", "news"], 10000),
             "kafka_profile": ([2], ["sms"], 10000),
+            "kafka_profile_half": ([2], ["sms"], 10000),
             "kafka_e2e_campaign": ([2], ["sms", "campaign"], 10000)}
 PROFILES = REPO / "bench" / "work" / "profiles"  # --profile's raw py-spy samples, one folder a run
 PACE_TICK_S = 0.005
@@ -310,6 +311,8 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
         if profile:  # the raw samples stay for `python bench/worker_profile.py <folder>/profile-*.txt`
             (kept := PROFILES / prefix).mkdir(parents=True, exist_ok=True)
             print(f"py-spy samples: {kept.relative_to(REPO)}", flush=True)
+            # for per-event figures (worker_profile.py --against)
+            (kept / "run.json").write_text(json.dumps({"events": len(events), "workers": workers, "rate": rate}))
             profiler = Profiler(pids, kept)
             profiler.start()
         meter = CpuMeter(pids, broker_pid())

@@ -20,6 +20,7 @@ come near /proc's CPU time.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -116,22 +117,64 @@ def top(raw: str, n: int = 12, lines: bool = False) -> dict[str, list[tuple[str,
     frame that decided its category (``placed``), so a driver function's row includes the
     standard library it calls (JSON, struct).
     What the shares alone cannot say: which function a cut should start from."""
+    by = own(raw, lines)
+    return {cat: c.most_common(n) for cat, c in sorted(by.items(), key=lambda kv: -sum(kv[1].values()))}
+
+
+def own(raw: str, lines: bool = False) -> dict[str, Counter]:
+    """Samples per category and per frame that decided it (``placed``): every row of ``top``."""
     by: dict[str, Counter] = {}
     for frames, count in samples(raw):
         cat, frame = placed(frames)
         by.setdefault(cat, Counter())[short(frame, lines)] += count
-    return {cat: c.most_common(n) for cat, c in sorted(by.items(), key=lambda kv: -sum(kv[1].values()))}
+    return by
 
 
 def inclusive(raw: str, n: int = 30, needle: str = "/stream_dedup/") -> list[tuple[str, int]]:
     """Samples whose stack passes through each of this project's functions (callees included),
     most first: which stage and which step of it a cut would pay off in (``top`` says which
     function's own lines)."""
+    return through(raw, needle).most_common(n)
+
+
+def through(raw: str, needle: str = "/stream_dedup/") -> Counter:
+    """Samples whose stack passes through each function whose frame holds ``needle``: every row of
+    ``inclusive``, in no order."""
     out: Counter = Counter()
     for frames, count in samples(raw):
         for name in sorted({short(f) for f in frames if needle in f}):  # a recursive function counts once; ties in a fixed order
             out[name] += count
-    return out.most_common(n)
+    return out
+
+
+def grown(a: tuple[str, int], b: tuple[str, int], rows: str = "own", lines: bool = False) -> list[tuple[str, float, float]]:
+    """(row, CPU ms per event in run A, in run B) of every row in either, the most grown first.
+
+    ``a`` and ``b`` are (raw samples, events); ``rows`` "own" gives ``top``'s rows (the category
+    after the frame), "inclusive" those of ``inclusive``. Why per event and not shares: two runs of
+    one code at two rates differ in what every part costs, and shares hide a part that grew with
+    the rest (how the fifty-sixth stop read where half rate's extra CPU per SMS went)."""
+    def per_event(raw: str, events: int) -> dict[str, float]:
+        if rows == "inclusive":
+            counts = through(raw)
+        else:
+            counts = Counter({f"{frame}  [{cat.split(' (')[0]}]": k
+                              for cat, c in own(raw, lines).items() for frame, k in c.items()})
+        return {row: 1000 * k / RATE / max(1, events) for row, k in counts.items()}
+
+    pa, pb = per_event(*a), per_event(*b)
+    return sorted(((row, pa.get(row, 0.0), pb.get(row, 0.0)) for row in pa.keys() | pb.keys()),
+                  key=lambda r: (r[1] - r[2], r[0]))
+
+
+def run_events(files: list[Path]) -> int:
+    """The events of the run whose samples ``files`` are: ``run.json`` in their folder, which
+    ``kafka_e2e.py --profile`` writes."""
+    meta = files[0].parent / "run.json"
+    if not meta.exists():
+        raise SystemExit(f"{meta} is missing: per-event figures need the run's event count "
+                         "(kafka_e2e.py --profile writes it; for older runs write {\"events\": N} there)")
+    return int(json.loads(meta.read_text())["events"])
 
 
 def short(frame: str, lines: bool = False) -> str:
@@ -232,8 +275,22 @@ if __name__ == "__main__":
     ap.add_argument("--lines", action="store_true", help="one row per line, not per function")
     ap.add_argument("--inclusive", action="store_true",
                     help="this project's functions with their callees' samples, instead of the categories")
+    ap.add_argument("--against", nargs="+", type=Path, metavar="FILE",
+                    help="an earlier run's samples (A): each row's CPU ms per event in A and in FILES (B), the "
+                         "rows that grew most first (--top of them); the events come from each folder's run.json")
     a = ap.parse_args()
-    raw = "\n".join(f.read_text(errors="replace") for f in a.files)
+
+    def read(files: list[Path]) -> str:
+        return "\n".join(f.read_text(errors="replace") for f in files)
+
+    raw = read(a.files)
+    if a.against:
+        then, now = (read(a.against), run_events(a.against)), (raw, run_events(a.files))
+        print(f"CPU ms per event sampled: A {1000 * sum(k for _, k in samples(then[0])) / RATE / then[1]:.3f}, "
+              f"B {1000 * sum(k for _, k in samples(now[0])) / RATE / now[1]:.3f}\n\n       A       B     B-A")
+        for row, x, y in grown(then, now, "inclusive" if a.inclusive else "own", a.lines)[:a.top]:
+            print(f"  {x:6.3f}  {y:6.3f}  {y - x:+6.3f}  {row}")
+        raise SystemExit(0)
     total = sum(count for _, count in samples(raw))
     for cat, rows in ({"": inclusive(raw, a.top)} if a.inclusive else top(raw, a.top, a.lines)).items():
         if cat:
