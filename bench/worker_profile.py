@@ -276,7 +276,7 @@ if __name__ == "__main__":
     ap.add_argument("--inclusive", action="store_true",
                     help="this project's functions with their callees' samples, instead of the categories")
     ap.add_argument("--against", nargs="+", type=Path, metavar="FILE",
-                    help="an earlier run's samples (A): each row's CPU ms per event in A and in FILES (B), the "
+                    help="another run's samples (A): each row's CPU ms per event in A and in FILES (B), the "
                          "rows that grew most first (--top of them); the events come from each folder's run.json")
     a = ap.parse_args()
 
