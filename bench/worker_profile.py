@@ -160,7 +160,7 @@ def grown(a: tuple[str, int], b: tuple[str, int], rows: str = "own", lines: bool
         else:
             counts = Counter({f"{frame}  [{cat.split(' (')[0]}]": k
                               for cat, c in own(raw, lines).items() for frame, k in c.items()})
-        return {row: 1000 * k / RATE / max(1, events) for row, k in counts.items()}
+        return {row: cpu_ms(k, events) for row, k in counts.items()}
 
     pa, pb = per_event(*a), per_event(*b)
     return sorted(((row, pa.get(row, 0.0), pb.get(row, 0.0)) for row in pa.keys() | pb.keys()),
@@ -175,6 +175,11 @@ def run_events(files: list[Path]) -> int:
         raise SystemExit(f"{meta} is missing: per-event figures need the run's event count "
                          "(kafka_e2e.py --profile writes it; for older runs write {\"events\": N} there)")
     return int(json.loads(meta.read_text())["events"])
+
+
+def cpu_ms(count: int, events: int) -> float:
+    """CPU ms per event of ``count`` samples taken at ``RATE`` Hz over a run of ``events``."""
+    return 1000 * count / RATE / max(1, events)
 
 
 def short(frame: str, lines: bool = False) -> str:
@@ -194,9 +199,9 @@ def summary(counters: list[Counter], events: int) -> dict:
         total.update(c)
     n = sum(total.values())
     return {"samples": n, "rate_hz": RATE,
-            "cpu_ms_per_event": round(1000 * n / RATE / max(1, events), 2),
+            "cpu_ms_per_event": round(cpu_ms(n, events), 2),
             "by_category": {name: {"share": round(k / n, 3) if n else 0.0,
-                                   "cpu_ms_per_event": round(1000 * k / RATE / max(1, events), 3)}
+                                   "cpu_ms_per_event": round(cpu_ms(k, events), 3)}
                             for name, k in total.most_common()}}
 
 
@@ -286,8 +291,8 @@ if __name__ == "__main__":
     raw = read(a.files)
     if a.against:
         then, now = (read(a.against), run_events(a.against)), (raw, run_events(a.files))
-        print(f"CPU ms per event sampled: A {1000 * sum(k for _, k in samples(then[0])) / RATE / then[1]:.3f}, "
-              f"B {1000 * sum(k for _, k in samples(now[0])) / RATE / now[1]:.3f}\n\n       A       B     B-A")
+        a_ms, b_ms = (cpu_ms(sum(k for _, k in samples(raw_)), events) for raw_, events in (then, now))
+        print(f"CPU ms per event sampled: A {a_ms:.3f}, B {b_ms:.3f}\n\n       A       B     B-A")
         for row, x, y in grown(then, now, "inclusive" if a.inclusive else "own", a.lines)[:a.top]:
             print(f"  {x:6.3f}  {y:6.3f}  {y - x:+6.3f}  {row}")
         raise SystemExit(0)
