@@ -116,6 +116,27 @@ def all_before(data: bytes, me: tuple[int, str]) -> bool:
     return data[pos:pos + il].decode("utf-8", "surrogatepass") < me[1]
 
 
+_IL = struct.Struct(">H")  # an entry's id length, 4 bytes before its id (then the payload's length)
+
+
+def holds_id(raw: bytes, ib: bytes) -> bool:
+    """Whether a bucket may hold an entry of the id whose bytes are ``ib``: they occur in it
+    after an id length equal to theirs. Never False for a bucket that holds one; True for one that
+    does not only where a payload's bytes happen to look so (then ``_insert_at`` decodes the ids).
+
+    Why not ``ib in raw``, as before: ids that number their documents are prefixes of one
+    another ("t0-r1" of "t0-r10" to "t0-r19" and "t0-r100" on), so past the tenth copy of a
+    campaign message nearly every insert of the workers (which, unlike ``scan``, do not know
+    every id they have indexed: ``merge_entry``'s ``new_id``) decoded every id of its bucket."""
+    il = _IL.pack(len(ib))
+    at = raw.find(ib, _HEAD.size)
+    while at >= 0:
+        if raw[at - 4:at - 2] == il:
+            return True
+        at = raw.find(ib, at + 1)
+    return False
+
+
 def _insert_at(raw: bytes, ts: int, ident: str, look: bool) -> int | None:
     """The byte offset in a bucket with a header where the entry (ts, ident) goes in (ts, id)
     order; None when ``look`` finds an entry of ``ident`` there. Only the entries' heads are
@@ -191,7 +212,7 @@ def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: 
         if first_ts >= cutoff:  # nothing expired (else the full merge below)
             me = (entry[0], ident)
             # maybe an entry of this id (a revision or a replay replaces it)
-            look = not new_id and ident.encode("utf-8", "surrogatepass") in raw
+            look = not new_id and holds_id(raw, ident.encode("utf-8", "surrogatepass"))
             if not look and all_before(raw, me):
                 newer = True
             elif count < cap:

@@ -66,6 +66,49 @@ def test_merge_entry_appends_in_place_exactly_as_the_full_merge_would(monkeypatc
     assert within > 300 and len(spliced) - within > 50  # spliced in; and an entry of the id found
 
 
+def test_an_insert_looks_for_its_id_only_in_a_bucket_that_holds_it_though_ids_are_prefixes_of_others(monkeypatch):
+    """Ids that number documents are prefixes of one another ("t0-r1" of "t0-r10"): the look for
+    an id's old entry (``holds_id``) must not take one for the other, or every insert of a
+    campaign's copy decodes its whole bucket; and never miss one that is there, or a replay adds
+    its entry twice. Where a payload's bytes look like an entry of the id, the look is made and the
+    bytes are still those of the full merge."""
+    import random
+
+    from stream_dedup.core import index as index_mod
+    from stream_dedup.core.index import holds_id, merge_entry
+
+    looked = []
+    real_insert_at = index_mod._insert_at
+    monkeypatch.setattr(index_mod, "_insert_at", lambda raw, ts, ident, look: looked.append(look) or
+                        real_insert_at(raw, ts, ident, look))
+    ids = ["t0-r1", "t0-r10", "t0-r11", "t0-r100", "t0-r19", "r1", "1", "t1-r1", "t0-r1\u4e00"]
+    sneaky = b"\x00\x05\x00\x00t0-r1"  # the bytes of an entry of "t0-r1" inside a payload
+    rng = random.Random(5)
+    exact = 0
+    for _ in range(2000):
+        raw, held = None, set()
+        for _ in range(rng.randrange(1, 12)):
+            e = (rng.randrange(0, 30), rng.choice(ids), rng.choice([b"", b"p", b"t0-r1", sneaky]))
+            got = merge_entry(raw, e, 0, 1000)
+            want = pack_entries(sorted([x for x in (unpack_entries(raw) if raw else []) if x[1] != e[1]] + [e],
+                                       key=lambda x: (x[0], x[1])))
+            assert got == want, (raw, e)
+            raw = got
+            held = {x[1] for x in unpack_entries(raw)}
+            for ident in ids:
+                ib = ident.encode()
+                there = holds_id(raw, ib)
+                assert there or ident not in held  # never missed
+                if ident not in held and there:  # only where a payload's bytes hold the id's
+                    assert any(ib in x[2] for x in unpack_entries(raw)), (raw, ident)
+                if all(x[2] in (b"", b"p") for x in unpack_entries(raw)):
+                    exact += 1
+                    assert there == (ident in held), (raw, ident)
+    assert looked.count(False) > 2000 and looked.count(True) > 500 and exact > 10000
+    bucket = pack_entries([(1, f"t0-r{i}", b"") for i in range(10, 200)])
+    assert not holds_id(bucket, b"t0-r1") and holds_id(bucket, b"t0-r100") and not holds_id(bucket, b"t0-r10000")
+
+
 def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding_every_bucket_does(monkeypatch):
     """A probe or an exact check newer than every entry of a bucket decodes it only up to its first
     match, and an insert reads the header, not the entries. Both must answer and write exactly what
