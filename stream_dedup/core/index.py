@@ -16,7 +16,9 @@ read per key. The price is a read-modify-write per key on insert, bounded by ``m
 Entries are sorted by (ts, id), so a probe verifies each bucket from its earliest entry and stops
 at the first match: the earliest match, without verifying the rest of a long bucket (spam
 campaigns make long buckets). Entries later than the probing document are all verified: those are
-late matches, answered so that the later document's verdict is revised.
+late matches, answered so that the later document's verdict is revised (except those that match
+the probe's earliest match in a bucket they share: their verdicts name that or an earlier one
+already, ``BucketIndex.covered``).
 
 Windows: every write prunes the bucket of entries older than ``watermark - window`` (event time),
 so live buckets stay bounded; buckets no document touches again are dropped by ``sweep`` (scan)
@@ -370,6 +372,9 @@ class Found:
 class ProbeResult:
     earliest: Found | None = None  # earliest matching document before the probing one
     later: list[Found] = field(default_factory=list)  # matching documents after it (late matches)
+    # the (ts, id) of those later ones that need no offer of the probing document: they share a
+    # bucket with ``earliest``, within the window of it, and match it (see ``BucketIndex.covered``)
+    covered: set[tuple[int, str]] = field(default_factory=set)
     candidates: int = 0
 
 
@@ -444,6 +449,10 @@ class BucketIndex:
         res = ProbeResult()
         best: tuple[int, str] | None = None  # res.earliest's (ts, id)
         seen: dict[tuple[int, str], Match | None] = {}
+        # the late walks' (see below) payloads of matches, and for each bucket that holds both the
+        # best match met so far and later matches, those (see ``covered``)
+        kept: dict[tuple[int, str], bytes | None] = {}
+        shared: list[tuple[tuple[int, str] | None, list[tuple[int, str]]]] = []
         refs = self._refs.get(det, {})
         for raw in raws.values():
             if not raw:
@@ -471,6 +480,8 @@ class BucketIndex:
                         other = raw[pos - pl:pos] or refs.get(cid) or self._payload(det, cid)
                         m = seen[cand] = verify(payload, other) if other else None
                         res.candidates += 1
+                        if m is not None:
+                            kept[cand] = other
                     if m is not None:
                         res.earliest, best = Found(cts, cid, m), cand
                         break
@@ -481,6 +492,7 @@ class BucketIndex:
             # this document, for late matches. Decoding the whole bucket, as before, made a
             # campaign's buckets of hundreds of copies most of the workers' cost.
             pos, end, past = _start(raw), len(raw), False
+            anchored, here = False, None  # best met in this bucket; the later matches met in it
             while pos < end:
                 cts, il, pl = _HEAD.unpack_from(raw, pos)
                 pos += _HEAD.size + il + pl
@@ -496,11 +508,14 @@ class BucketIndex:
                 if earlier and best is not None and cand >= best:
                     if not late:
                         break
+                    anchored = anchored or cand == best
                     past = True  # no entry from here up to this document can beat what was found
                     continue
                 if not earlier and not late:
                     break
                 if cand in seen:  # met in an earlier bucket: a match there is best or in later already
+                    if not earlier and seen[cand] is not None:
+                        here = (here or []) + [cand]
                     continue
                 other = raw[pos - pl:pos] or refs.get(cid) or self._payload(det, cid)
                 m = seen[cand] = verify(payload, other) if other else None
@@ -508,11 +523,38 @@ class BucketIndex:
                 if m is None:
                     continue
                 if earlier:
-                    res.earliest, best = Found(cts, cid, m), cand
+                    res.earliest, best, anchored = Found(cts, cid, m), cand, True
+                    kept[cand] = other
                 else:
                     res.later.append(Found(cts, cid, m))
+                    kept[cand] = other
+                    here = (here or []) + [cand]
+            if here and anchored:
+                shared.append((best, here))
+        if shared and best is not None:
+            res.covered = self.covered(best, kept, [y for b, ys in shared if b == best for y in ys], verify)
         res.later.sort(key=lambda f: f.order)
         return res
+
+    def covered(self, earliest: tuple[int, str], payloads: dict[tuple[int, str], bytes | None],
+                later: list[tuple[int, str]], verify: Verify) -> set[tuple[int, str]]:
+        """The ``later`` matches (each in a bucket that holds ``earliest``) whose verdicts will name
+        ``earliest`` or an earlier document, so that an offer of the probing one cannot change them:
+        within the window of ``earliest`` and matching it.
+
+        Why that holds: the two share a bucket. Whichever of them was indexed second found the
+        other there: the later one's probe then answered with ``earliest`` or an earlier match, or
+        ``earliest``'s probe met the later one as a late match and offered itself, or left it
+        covered by its own earliest match, which the same argument covers (each step to an earlier
+        document, so it ends). It needs a ``verify`` that answers the same both ways, as the
+        detectors' do (``tests/unit/test_detectors_html_imatch.py``).
+
+        Why: a copy that arrives after later copies of the same message (the workers' prepare
+        batches interleave on the index partitions) offered itself to each of them, an ``offer``
+        message and a decide step each, though each already named the campaign's first copy."""
+        mine = payloads[earliest]
+        return {y for y in set(later) if y[0] - earliest[0] <= self.window
+                and mine and (other := payloads[y]) and verify(other, mine) is not None}
 
     def insert(self, det: int, ident: str, ts: int, payload: bytes, keys: Iterable[int]) -> None:
         self._insert(self.read(det, keys), det, ident, ts, payload)

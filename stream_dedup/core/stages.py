@@ -520,6 +520,8 @@ class IndexStage:
                 if best is None or c.rank() < best.rank():
                     best = c
             for f in res.later:
+                if f.order in res.covered:  # its verdict names an earlier document than this one
+                    continue
                 msgs.append(ToDecide("offer", f.id, f.ts, Candidate(probe.ts, probe.id, "near", det.name,
                                                                      round(f.match.similarity, 4), f.match.distance,
                                                                      self.priority[code])))

@@ -141,6 +141,7 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
         if rng.random() < 0.03:
             stream.append(stream[rng.randrange(len(stream))])  # a replay
     shortcuts = []
+    covers = 0
     real_all_before, real_merge = index_mod.all_before, index_mod.merge_entry
 
     def full_merge(raw, entry, cutoff, cap, packed=None, new_id=False):  # merge_entry without its shortcuts
@@ -159,17 +160,24 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
     def reference(data, ident, ts, payload, keys):
         """What a probe must answer, by brute force: the earliest earlier match and every later one
         within the window, over every entry of the document's buckets (before its insert)."""
-        cands = {}
+        cands, buckets = {}, []
         for k in keys:
             raw = data.get(BucketIndex.bucket_key(1, k))
+            buckets.append({(cts, cid) for cts, cid, _ in unpack_entries(raw)} if raw else set())
             for cts, cid, inline in unpack_entries(raw) if raw else []:
                 if cid != ident and abs(cts - ts) <= 1_500:
                     cands[(cts, cid)] = inline or data.get(BucketIndex.payload_key(1, cid))
         matched = sorted(c for c, other in cands.items() if other and same(payload, other))
         earlier = [c for c in matched if c < (ts, ident)]
-        return (earlier[0] if earlier else None), [c for c in matched if c > (ts, ident)]
+        later = [c for c in matched if c > (ts, ident)]
+        # covered: a later match that shares a bucket with the earliest, within the window of it, and
+        # matches it (BucketIndex.covered)
+        covered = {y for y in later if earlier and any(earlier[0] in b and y in b for b in buckets)
+                   and y[0] - earlier[0][0] <= 1_500 and same(cands[y], cands[earlier[0]])}
+        return (earlier[0] if earlier else None), later, covered
 
     def run(legacy: bool = False, with_shortcuts: bool = True, hint: bool = False):
+        nonlocal covers
         for mod in (index_mod, exact_mod):
             monkeypatch.setattr(mod, "all_before", real_all_before if with_shortcuts else lambda raw, me: False)
             monkeypatch.setattr(mod, "merge_entry", real_merge if with_shortcuts else full_merge)
@@ -185,11 +193,12 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
                             store[k] = b"".join(index_mod.pack_entry(e) for e in unpack_entries(v))
             expected = reference(idx.data, ident, when, payload, keys)
             r = idx.probe_insert(1, ident, when, payload, keys, same, new_id=hint and ident not in seen)
-            assert (r.earliest and (r.earliest.ts, r.earliest.id), [(f.ts, f.id) for f in r.later]) == expected
+            assert (r.earliest and (r.earliest.ts, r.earliest.id), [(f.ts, f.id) for f in r.later], r.covered) == expected
+            covers += len(r.covered)
             seen.add(ident)
             o = ex.process(payload[:1].ljust(16, b"."), when, ident)
             answers.append((r.earliest and (r.earliest.ts, r.earliest.id), [(f.ts, f.id) for f in r.later],
-                            r.candidates, o.first, o.original, o.revise))
+                            r.covered, r.candidates, o.first, o.original, o.revise))
             if with_shortcuts and not legacy:
                 shortcuts.append(sum(v[:1] == b"\x80" for v in idx.data.values()))
         contents = {k: unpack_entries(v) if k[:1] in b"BX" else v for k, v in {**idx.data, **ex.data}.items()}
@@ -204,7 +213,8 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
     assert told == fast and told_bytes == fast_bytes
     assert max(shortcuts) > 20  # buckets with headers were there to take the shortcuts
     assert sum(a[0] is not None for a in fast) > 500 and sum(bool(a[1]) for a in fast) > 20
-    assert sum(a[4] is not None for a in fast) > 500 and sum(bool(a[5]) for a in fast) > 20
+    assert sum(a[5] is not None for a in fast) > 500 and sum(bool(a[6]) for a in fast) > 20
+    assert covers > 20 and sum(bool(a[2]) and len(a[2]) < len(a[1]) for a in fast) > 5  # some later matches, not all
 
 
 def test_index_finds_the_earliest_match_and_late_matches(tmp_path):
@@ -235,7 +245,11 @@ def test_a_long_bucket_is_not_walked_past_the_earliest_match_yet_late_matches_ar
     r = idx.probe(1, "me", 2000, b"P", (7, 8), counting)
     assert (r.earliest.ts, r.earliest.id) == (1005, "e005")
     assert [(f.ts, f.id) for f in r.later] == [(5003, "l03"), (5011, "l11")]
-    assert len(calls) == 6 + 20  # e000..e005 once (bucket 8 skips them: seen or no better), then l00..l19
+    # e000..e005 once (bucket 8 skips them: seen or no better), then l00..l19, then the two late
+    # matches against e005, which shares bucket 8 with them: both match it, so neither needs this
+    # document's offer (BucketIndex.covered)
+    assert len(calls) == 6 + 20 + 2
+    assert r.covered == {(5003, "l03"), (5011, "l11")}
     assert idx.probe(1, "me", 2000, b"P", (7, 8), same, late=False).later == []
 
 
