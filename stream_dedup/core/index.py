@@ -191,7 +191,7 @@ def _entries(data: bytes) -> tuple[Entry, ...]:
 
 
 def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: bytes | None = None,
-                new_id: bool = False) -> bytes:
+                new_id: bool = False, at: int | None = None) -> bytes:
     """A packed list with ``entry`` in (ts, id) order, replacing its id's old entry, without entries
     older than ``cutoff``, and at most ``cap`` entries (the earliest).
 
@@ -199,7 +199,10 @@ def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: 
     every bucket of the document: 30-odd for a news article, most of them new).
     ``new_id``: the caller knows that no bucket holds an entry of this id, so none is looked for.
     Why: the look is a search of the bucket's bytes, 22 µs in a campaign's bucket of 300 SMS
-    (36 KB), most of an insert's cost there; ``scan`` knows every id it has indexed."""
+    (36 KB), most of an insert's cost there; ``scan`` knows every id it has indexed.
+    ``at``: where the entry goes in ``raw`` (a bucket with a header), when the caller's walk over
+    it has found that (``BucketIndex._probe``'s ``spots``); used only where no entry of the id is
+    looked for, and otherwise found by walking the entries' heads again (``_insert_at``)."""
     if packed is None:
         packed = pack_entry(entry)
     if not raw:
@@ -223,7 +226,8 @@ def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: 
                 # other entries' bytes kept as they are (the same bytes as the merge, without
                 # decoding, sorting and packing the whole bucket: a campaign's buckets of hundreds of
                 # copies made that most of the workers' cost, bench/results/kafka_e2e_campaign.md)
-                at = _insert_at(raw, entry[0], ident, look)
+                if look or at is None:
+                    at = _insert_at(raw, entry[0], ident, look)
                 if at is not None:  # before the last entry, which moves by the new one's length, or after it
                     at_body = at - _BUCKET_HEAD.size
                     head = _BUCKET_HEAD.pack(_MAGIC, count + 1, last + len(packed) if at_body <= last else at_body)
@@ -438,12 +442,18 @@ class BucketIndex:
         insert writes exactly the buckets its probe has just read (half the reads, and at 1M
         documents a read is most of an insert's cost). ``new_id``: see ``merge_entry``."""
         raws = self.read(det, keys)
-        res = self._probe(raws, det, ident, ts, payload, verify, late)
-        self._insert(raws, det, ident, ts, payload, new_id)
+        spots: dict[bytes, int] = {}
+        res = self._probe(raws, det, ident, ts, payload, verify, late, spots)
+        self._insert(raws, det, ident, ts, payload, new_id, spots)
         return res
 
     def _probe(self, raws: dict[bytes, bytes | None], det: int, ident: str, ts: int, payload: bytes,
-               verify: Verify, late: bool) -> ProbeResult:
+               verify: Verify, late: bool, spots: dict[bytes, int] | None = None) -> ProbeResult:
+        """``spots``: filled with the byte offset where this document's entry goes in each bucket with
+        a header that the walk for late matches reads whole (for ``merge_entry``'s ``at``). Why: a
+        copy that is not the newest in its campaign's bucket of hundreds of entries was walked
+        twice, by this walk and by the insert's (``_insert_at``), each about a sixth of the
+        workers' CPU on ``bench/campaign.py``'s SMS."""
         me = (ts, ident)
         lo, hi = ts - self.window, ts + self.window
         res = ProbeResult()
@@ -454,7 +464,7 @@ class BucketIndex:
         kept: dict[tuple[int, str], bytes | None] = {}
         shared: list[tuple[tuple[int, str] | None, list[tuple[int, str]]]] = []
         refs = self._refs.get(det, {})
-        for raw in raws.values():
+        for bk, raw in raws.items():
             if not raw:
                 continue
             if raw[:1] == _MAGIC and all_before(raw, me):
@@ -493,18 +503,24 @@ class BucketIndex:
             # campaign's buckets of hundreds of copies most of the workers' cost.
             pos, end, past = _start(raw), len(raw), False
             anchored, here = False, None  # best met in this bucket; the later matches met in it
+            spot = -1 if pos and late and spots is not None else None  # where this document goes
             while pos < end:
                 cts, il, pl = _HEAD.unpack_from(raw, pos)
                 pos += _HEAD.size + il + pl
                 if cts < lo or (past and cts < ts):
                     continue
                 if cts > hi:
+                    if spot == -1:
+                        spot = pos - _HEAD.size - il - pl
                     break
                 cid = raw[pos - il - pl:pos - pl].decode("utf-8", "surrogatepass")
                 if cid == ident:
+                    spot = None  # its own entry (a replay): the insert looks for it anyway
                     continue
                 cand = (cts, cid)
                 earlier = cand < me
+                if spot == -1 and not earlier:
+                    spot = pos - _HEAD.size - il - pl
                 if earlier and best is not None and cand >= best:
                     if not late:
                         break
@@ -531,6 +547,8 @@ class BucketIndex:
                     here = (here or []) + [cand]
             if here and anchored:
                 shared.append((best, here))
+            if spot is not None and spots is not None:
+                spots[bk] = end if spot == -1 else spot
         if shared and best is not None:
             res.covered = self.covered(best, kept, [y for b, ys in shared if b == best for y in ys], verify)
         res.later.sort(key=lambda f: f.order)
@@ -560,7 +578,7 @@ class BucketIndex:
         self._insert(self.read(det, keys), det, ident, ts, payload)
 
     def _insert(self, raws: dict[bytes, bytes | None], det: int, ident: str, ts: int, payload: bytes,
-                new_id: bool = False) -> None:
+                new_id: bool = False, spots: dict[bytes, int] | None = None) -> None:
         if self.watermark is None or ts > self.watermark:
             self.watermark = ts
         cutoff = self.watermark - self.window
@@ -578,7 +596,8 @@ class BucketIndex:
         packed, packed_ref = pack_entry(me), pack_entry(ref) if by_ref else b""
         for bk, raw in raws.items():
             entry, packed_entry = (ref, packed_ref) if bk in by_ref else (me, packed)
-            new = merge_entry(raw, entry, cutoff, self.max_bucket, packed_entry, new_id)
+            new = merge_entry(raw, entry, cutoff, self.max_bucket, packed_entry, new_id,
+                              spots.get(bk) if spots else None)
             if new != raw:
                 self.data[bk] = new
             if self.observe is not None:

@@ -144,7 +144,7 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
     covers = 0
     real_all_before, real_merge = index_mod.all_before, index_mod.merge_entry
 
-    def full_merge(raw, entry, cutoff, cap, packed=None, new_id=False):  # merge_entry without its shortcuts
+    def full_merge(raw, entry, cutoff, cap, packed=None, new_id=False, at=None):  # merge_entry without its shortcuts
         es = [e for e in unpack_entries(raw) if e[0] >= cutoff and e[1] != entry[1]] if raw else []
         return index_mod.pack_entries(sorted(es + [entry], key=lambda e: (e[0], e[1]))[:cap])
 
