@@ -44,7 +44,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable, Iterable, Iterator, MutableMapping
+from typing import AbstractSet, Callable, Iterable, Iterator, MutableMapping
 
 import numpy as np
 
@@ -378,7 +378,7 @@ class ProbeResult:
     later: list[Found] = field(default_factory=list)  # matching documents after it (late matches)
     # the (ts, id) of those later ones that need no offer of the probing document: they share a
     # bucket with ``earliest``, within the window of it, and match it (see ``BucketIndex.covered``)
-    covered: set[tuple[int, str]] = field(default_factory=set)
+    covered: AbstractSet[tuple[int, str]] = frozenset()  # shared and empty unless a probe finds some
     candidates: int = 0
 
 
@@ -458,9 +458,10 @@ class BucketIndex:
         lo, hi = ts - self.window, ts + self.window
         res = ProbeResult()
         best: tuple[int, str] | None = None  # res.earliest's (ts, id)
+        mine: bytes | None = None  # its payload
         seen: dict[tuple[int, str], Match | None] = {}
-        # the late walks' (see below) payloads of matches, and for each bucket that holds both the
-        # best match met so far and later matches, those (see ``covered``)
+        # the payloads of later matches, and for each bucket that holds both the best match met so
+        # far and later matches, those (see ``covered``)
         kept: dict[tuple[int, str], bytes | None] = {}
         shared: list[tuple[tuple[int, str] | None, list[tuple[int, str]]]] = []
         refs = self._refs.get(det, {})
@@ -484,16 +485,13 @@ class BucketIndex:
                         continue
                     if best is not None and cand >= best:
                         break
-                    if cand in seen:
-                        m = seen[cand]
-                    else:
-                        other = raw[pos - pl:pos] or refs.get(cid) or self._payload(det, cid)
-                        m = seen[cand] = verify(payload, other) if other else None
-                        res.candidates += 1
-                        if m is not None:
-                            kept[cand] = other
+                    if cand in seen:  # a miss in an earlier bucket (a match met there is ``best`` or after)
+                        continue
+                    other = raw[pos - pl:pos] or refs.get(cid) or self._payload(det, cid)
+                    m = seen[cand] = verify(payload, other) if other else None
+                    res.candidates += 1
                     if m is not None:
-                        res.earliest, best = Found(cts, cid, m), cand
+                        res.earliest, best, mine = Found(cts, cid, m), cand, other
                         break
                 continue
             # entries after this document too (it arrived late, or shares its millisecond with a
@@ -502,16 +500,18 @@ class BucketIndex:
             # this document, for late matches. Decoding the whole bucket, as before, made a
             # campaign's buckets of hundreds of copies most of the workers' cost.
             pos, end, past = _start(raw), len(raw), False
-            anchored, here = False, None  # best met in this bucket; the later matches met in it
+            anchored = False  # best met in this bucket
+            here: list[tuple[int, str]] = []  # the later matches met in it
             spot = -1 if pos and late and spots is not None else None  # where this document goes
             while pos < end:
-                cts, il, pl = _HEAD.unpack_from(raw, pos)
-                pos += _HEAD.size + il + pl
+                at = pos
+                cts, il, pl = _HEAD.unpack_from(raw, at)
+                pos = at + _HEAD.size + il + pl
                 if cts < lo or (past and cts < ts):
                     continue
                 if cts > hi:
                     if spot == -1:
-                        spot = pos - _HEAD.size - il - pl
+                        spot = at
                     break
                 cid = raw[pos - il - pl:pos - pl].decode("utf-8", "surrogatepass")
                 if cid == ident:
@@ -520,7 +520,7 @@ class BucketIndex:
                 cand = (cts, cid)
                 earlier = cand < me
                 if spot == -1 and not earlier:
-                    spot = pos - _HEAD.size - il - pl
+                    spot = at
                 if earlier and best is not None and cand >= best:
                     if not late:
                         break
@@ -531,7 +531,7 @@ class BucketIndex:
                     break
                 if cand in seen:  # met in an earlier bucket: a match there is best or in later already
                     if not earlier and seen[cand] is not None:
-                        here = (here or []) + [cand]
+                        here.append(cand)
                     continue
                 other = raw[pos - pl:pos] or refs.get(cid) or self._payload(det, cid)
                 m = seen[cand] = verify(payload, other) if other else None
@@ -539,26 +539,28 @@ class BucketIndex:
                 if m is None:
                     continue
                 if earlier:
-                    res.earliest, best, anchored = Found(cts, cid, m), cand, True
-                    kept[cand] = other
+                    res.earliest, best, mine, anchored = Found(cts, cid, m), cand, other, True
                 else:
                     res.later.append(Found(cts, cid, m))
                     kept[cand] = other
-                    here = (here or []) + [cand]
+                    here.append(cand)
             if here and anchored:
                 shared.append((best, here))
             if spot is not None and spots is not None:
                 spots[bk] = end if spot == -1 else spot
         if shared and best is not None:
-            res.covered = self.covered(best, kept, [y for b, ys in shared if b == best for y in ys], verify)
+            later = [y for b, ys in shared if b == best for y in ys]
+            res.covered = self.covered(best, mine, kept, later, verify)
         res.later.sort(key=lambda f: f.order)
         return res
 
-    def covered(self, earliest: tuple[int, str], payloads: dict[tuple[int, str], bytes | None],
-                later: list[tuple[int, str]], verify: Verify) -> set[tuple[int, str]]:
-        """The ``later`` matches (each in a bucket that holds ``earliest``) whose verdicts will name
-        ``earliest`` or an earlier document, so that an offer of the probing one cannot change them:
-        within the window of ``earliest`` and matching it.
+    def covered(self, earliest: tuple[int, str], mine: bytes | None,
+                payloads: dict[tuple[int, str], bytes | None], later: list[tuple[int, str]],
+                verify: Verify) -> set[tuple[int, str]]:
+        """The ``later`` matches (each in a bucket that holds ``earliest``, whose payload is ``mine``;
+        theirs are in ``payloads``) whose verdicts will name ``earliest`` or an earlier document, so
+        that an offer of the probing one cannot change them: within the window of ``earliest`` and
+        matching it.
 
         Why that holds: the two share a bucket. Whichever of them was indexed second found the
         other there: the later one's probe then answered with ``earliest`` or an earlier match, or
@@ -570,7 +572,6 @@ class BucketIndex:
         Why: a copy that arrives after later copies of the same message (the workers' prepare
         batches interleave on the index partitions) offered itself to each of them, an ``offer``
         message and a decide step each, though each already named the campaign's first copy."""
-        mine = payloads[earliest]
         return {y for y in set(later) if y[0] - earliest[0] <= self.window
                 and mine and (other := payloads[y]) and verify(other, mine) is not None}
 
