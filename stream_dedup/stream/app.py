@@ -893,6 +893,7 @@ def build_app(settings: Settings) -> faust.App:
         rebalances = app.rebalancing_count
         out: dict = {}
         verified = index_stage.candidates
+        in_batch: list[tuple[Any, Probe]] = []
         for ev, msg in batch:
             if stopping:
                 return False
@@ -912,15 +913,26 @@ def build_app(settings: Settings) -> faust.App:
                         to_index(out, probe_list)  # only for a message from a version before fan_out
                         to_decide(out, msgs)
                         continue
-                    if slow_stage:
-                        await injected_delay("index")
                     if it.partition != msg.partition:
                         log.error("probe for partition %d arrived on %d: partition counts differ",
                                   it.partition, msg.partition)
-                    counts["index.probes"] += 1
-                    t0 = time.perf_counter()
-                    to_decide(out, index_stage.process(it))
-                    index_s.observe(time.perf_counter() - t0)
+                    in_batch.append((ev, it))
+        # The probes in (ts, id) order, whatever message brought them. Why: the prepare workers'
+        # batches interleave here, so a probe often came after later documents of its buckets; the
+        # index then walks those buckets' entries for late matches and splices its own in, where
+        # in order it reads up to its earliest match and appends (``BucketIndex._probe``). The
+        # verdicts do not depend on the order (late matches are offered), only the work does.
+        in_batch.sort(key=lambda e: (e[1].ts, e[1].id))
+        for ev, it in in_batch:
+            if stopping:
+                return False
+            with under(ev):
+                if slow_stage:
+                    await injected_delay("index")
+                counts["index.probes"] += 1
+                t0 = time.perf_counter()
+                to_decide(out, index_stage.process(it))
+                index_s.observe(time.perf_counter() - t0)
         injected_failure("index")
         if rebalanced_since(rebalances):  # nothing has gone out: the whole batch again, afterwards
             drop_index_batch()
