@@ -165,16 +165,24 @@ def wait_until_stable(s, workers: int, timeout: float = 180) -> None:
     client = admin(s)
     group = s.worker.app_id
     deadline = time.time() + timeout
+    seen = "no description"
     while time.time() < deadline:
         try:
             d = client.describe_consumer_groups([group])[group].result(10)
+            seen = f"last seen {d.state}, {len(d.members)} member(s)"
             if (str(d.state).endswith("STABLE") and len(d.members) == workers
                     and all(m.assignment and m.assignment.topic_partitions for m in d.members)):
                 return
-        except Exception:  # noqa: BLE001 - the group does not exist until the first worker joins
-            pass
+        except Exception as e:  # noqa: BLE001 - the group does not exist until the first worker joins
+            seen = f"last answer {e!r}"
         time.sleep(0.5)
-    raise RuntimeError(f"group {group} did not become stable with {workers} worker(s) in {timeout:.0f} s")
+    raise RuntimeError(f"group {group} did not become stable with {workers} worker(s) in {timeout:.0f} s ({seen})")
+
+
+def worker_logs(tmp: Path, prefix: str, workers: int, tail: int = 3000) -> str:
+    """The end of each worker's log, for an error message: the logs go with the run's temporary folder."""
+    return "".join(f"--- worker {i}:\n" + (tmp / f"{prefix}-{i}.log").read_text(errors="replace")[-tail:]
+                   for i in range(workers))
 
 
 def warm_up(s, p, c, workers: int, tmp: Path, prefix: str, n: int = 60) -> None:
@@ -193,8 +201,7 @@ def warm_up(s, p, c, workers: int, tmp: Path, prefix: str, n: int = 60) -> None:
         if m is not None and not m.error():
             ids.discard(json.loads(m.value())["id"])
     if ids:
-        logs = "".join((tmp / f"{prefix}-{i}.log").read_text(errors="replace")[-3000:] for i in range(workers))
-        raise RuntimeError(f"workers did not answer {len(ids)} warm-up event(s):\n{logs}")
+        raise RuntimeError(f"workers did not answer {len(ids)} warm-up event(s):\n{worker_logs(tmp, prefix, workers)}")
 
 
 def internal_totals(c, prefix: str, partitions: int) -> dict[str, int]:
@@ -282,7 +289,10 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
     c.subscribe([s.topics.verdicts])
     p = producer(s, **{"linger.ms": 5})
     try:
-        wait_until_stable(s, workers)
+        try:
+            wait_until_stable(s, workers)
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}\n{worker_logs(tmp, prefix, workers)}") from None
         warm_up(s, p, c, workers, tmp, prefix)
         before = internal_totals(c, prefix, partitions)  # the run's own messages per event, without the warm-up's
         bytes_before = internal_bytes(prefix)
