@@ -253,6 +253,57 @@ def test_a_long_bucket_is_not_walked_past_the_earliest_match_yet_late_matches_ar
     assert idx.probe(1, "me", 2000, b"P", (7, 8), same, late=False).later == []
 
 
+def test_a_campaigns_buckets_of_the_same_bytes_are_walked_and_merged_once(monkeypatch):
+    """A campaign out of order: every copy falls in the same six buckets, which therefore hold the
+    same bytes. A probe walks one of them and takes the others' spot from it, and an insert merges
+    one and writes its bytes to the others: each answer and each stored bucket must be what an
+    index of one such bucket gives, and the work must be that of about one bucket, not six."""
+    import random
+
+    from stream_dedup.core import index as index_mod
+
+    rng = random.Random(5)
+    copies = [(f"c{i:03d}", 1000 + i, b"P" if i % 7 else b"Q") for i in range(240)]
+    for s in range(0, len(copies), 40):  # out of order within blocks of 40
+        block = copies[s:s + 40]
+        rng.shuffle(block)
+        copies[s:s + 40] = block
+    heads, merges = [0], [0]
+    real_head, real_merge = index_mod._HEAD, index_mod.merge_entry
+
+    class CountingHead:
+        size, pack = real_head.size, real_head.pack
+
+        @staticmethod
+        def unpack_from(buf, pos=0):
+            heads[0] += 1
+            return real_head.unpack_from(buf, pos)
+
+    def counting_merge(*a, **kw):
+        merges[0] += 1
+        return real_merge(*a, **kw)
+
+    monkeypatch.setattr(index_mod, "_HEAD", CountingHead)
+    monkeypatch.setattr(index_mod, "merge_entry", counting_merge)
+    six, one = BucketIndex({}, window=W), BucketIndex({}, window=W)
+    work = {}
+    for ident, ts, payload in copies:
+        got, before = [], len(one.data.get(one.bucket_key(1, 1), b""))
+        for idx, keys in ((six, (1, 2, 3, 4, 5, 6)), (one, (1,))):
+            heads[0] = merges[0] = 0
+            r = idx.probe_insert(1, ident, ts, payload, keys, same)
+            got.append((r.earliest, r.later, r.covered, r.candidates))
+            work[len(keys)] = (heads[0], merges[0])
+        assert got[0] == got[1]
+        assert all(six.data[six.bucket_key(1, k)] == one.data[one.bucket_key(1, 1)] for k in range(1, 7))
+        if before >= index_mod._TWIN_FROM:  # long enough for the insert to look for twins
+            assert work[6][1] == work[1][1] == 1
+        assert work[6][0] <= work[1][0] + 12  # the twins' walks read no entry (all_before's read aside)
+    assert len(unpack_entries(one.data[one.bucket_key(1, 1)])) == 240
+    late = [i for i, (_, ts, _) in enumerate(copies) if any(t > ts for _, t, _ in copies[:i])]
+    assert len(late) > 100  # most copies arrived after later ones: the walks this is about
+
+
 def test_index_large_payloads_are_stored_once(tmp_path):
     kv = KVStore(tmp_path / "i")
     idx = BucketIndex(kv, window=W)
