@@ -30,7 +30,7 @@ import base64
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, MutableMapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, MutableMapping, TypeVar
 
 import mmh3
 import msgspec
@@ -247,6 +247,12 @@ class Probe(_Wire):
     ts: int
     partition: int
     entries: list[tuple[int, tuple[int, ...], bytes]]
+
+    @property
+    def order(self) -> tuple[int, str]:
+        """(ts, id): the order of the index's entries, and the one it takes a batch's probes in
+        (``IndexStage.in_order``)."""
+        return (self.ts, self.id)
 
     def _wire(self) -> list:
         return [self.id, self.ts, self.partition, self.entries]
@@ -494,6 +500,9 @@ def exact_stage(store: ExactStore, p: Prepared, partitions: int) -> tuple[list[T
 
 
 # ------------------------------------------------------------------------------------ index
+_T = TypeVar("_T")
+
+
 class IndexStage:
     def __init__(self, index: BucketIndex, detectors: Iterable[Detector]):
         dets = list(detectors)
@@ -501,6 +510,19 @@ class IndexStage:
         self.by_code = {d.code: d for d in dets}
         self.priority = {d.code: i for i, d in enumerate(dets)}
         self.candidates = 0
+
+    @staticmethod
+    def in_order(batch: Iterable[tuple[_T, Probe]]) -> list[tuple[_T, Probe]]:
+        """A batch's probes (each with what its driver keeps for it: the workers' event) in (ts, id)
+        order, whatever message brought each, to ``process`` in that order.
+
+        Why: the workers' prepare batches interleave on the index partitions, so a probe often
+        comes after later documents of its buckets; the index then walks those buckets' entries
+        for late matches, offers this document to each, and splices its entry in, where in order
+        it reads up to its earliest match and appends (``BucketIndex._probe``). The verdicts do not
+        depend on the order (late matches are offered), only the work does:
+        ``tests/unit/test_batches.py`` runs a campaign out of order both ways."""
+        return sorted(batch, key=lambda e: e[1].order)
 
     def process(self, probe: Probe, *, late: bool = True, new_id: bool = False) -> list[ToDecide]:
         """``new_id``: no bucket holds an entry of the probe's id (``BucketIndex.probe_insert``)."""

@@ -917,13 +917,7 @@ def build_app(settings: Settings) -> faust.App:
                         log.error("probe for partition %d arrived on %d: partition counts differ",
                                   it.partition, msg.partition)
                     in_batch.append((ev, it))
-        # The probes in (ts, id) order, whatever message brought them. Why: the prepare workers'
-        # batches interleave here, so a probe often came after later documents of its buckets; the
-        # index then walks those buckets' entries for late matches and splices its own in, where
-        # in order it reads up to its earliest match and appends (``BucketIndex._probe``). The
-        # verdicts do not depend on the order (late matches are offered), only the work does.
-        in_batch.sort(key=lambda e: (e[1].ts, e[1].id))
-        for ev, it in in_batch:
+        for ev, it in index_stage.in_order(in_batch):  # (ts, id) order: see there why
             if stopping:
                 return False
             with under(ev):
