@@ -484,8 +484,8 @@ class BucketIndex:
                 # matches, as in a crowded 16-bit SimHash band)
                 pos, end = _BUCKET_HEAD.size, len(raw)
                 while pos < end:
-                    cts, il, pl = _HEAD.unpack_from(raw, pos)
-                    pos += _HEAD.size + il + pl
+                    cts, il, pl = unpack(raw, pos)
+                    pos += hs + il + pl
                     if cts < lo:
                         continue
                     cid = raw[pos - il - pl:pos - pl].decode("utf-8", "surrogatepass")
@@ -528,8 +528,8 @@ class BucketIndex:
             spot = -1 if pos and late and spots is not None else None  # where this document goes
             while pos < end:
                 at = pos
-                cts, il, pl = _HEAD.unpack_from(raw, at)
-                pos = at + _HEAD.size + il + pl
+                cts, il, pl = unpack(raw, at)
+                pos = at + hs + il + pl
                 if cts < lo or (past and cts < ts):
                     continue
                 if cts > hi:
@@ -574,7 +574,7 @@ class BucketIndex:
                     here.append(cand)
             if here and anchored:
                 shared.append((best, here))
-            if spot is not None and spot == -1:
+            if spot == -1:
                 spot = end
             if spot is not None and spots is not None:
                 spots[bk] = spot
