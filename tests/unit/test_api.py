@@ -66,6 +66,12 @@ def test_scan_with_several_preparing_processes_gives_the_same_verdicts_and_rejec
     assert verdicts["cn"]["verdict"] == "duplicate" and verdicts["cn"]["duplicate_of"] == "tw"
     e = pickle.loads(pickle.dumps(Rejected("not_json", "line 3")))  # how rejections come back from a worker
     assert (e.reason, e.detail) == ("not_json", "line 3")
+    from stream_dedup.core.stages import Prepared
+
+    # and prepared documents, as the arguments of __init__ (Prepared.__reduce__): every field back
+    for p in (Prepared("id-1", 7, b"\x01" * 16, "text", [(2, (11, 12), b"payload")], 0.5, "snip", 1),
+              Prepared("id-2", 8, b"\x02" * 16, "html", [])):
+        assert pickle.loads(pickle.dumps(p, pickle.HIGHEST_PROTOCOL)) == p
 
 
 def test_scan_leaves_a_core_to_the_judging_process_for_short_texts_only(tmp_path):
