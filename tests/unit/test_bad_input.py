@@ -87,3 +87,53 @@ def test_produce_keys_every_nasty_line_by_its_id_or_not_at_all():
     assert keys["dup-id-b"] == b"nasty-dup-id-a"
     assert keys["long-id"] == b"x" * 5000
     assert event_key(json.dumps({"id": 42, "text": "数字编号"}).encode()) == b"42"
+
+
+def _stdlib_parse(raw: bytes) -> dict | tuple[str, str]:
+    """The events ``json.loads`` accepts and the reason for the others, as ``parse_event`` gave them
+    before msgspec decoded first: the answer it must still give."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return ("rejected", "bad_utf8")
+    try:
+        obj = json.loads(text)
+    except (RecursionError, ValueError):
+        return ("rejected", "not_json")
+    return obj if isinstance(obj, dict) else ("rejected", "not_object")
+
+
+def _parsed(raw: bytes) -> dict | tuple[str, str]:
+    from stream_dedup.core.document import parse_event
+
+    try:
+        return parse_event(raw)
+    except Rejected as e:
+        return ("rejected", e.reason)
+
+
+JSON_EDGES = [b'{"id":"\\ud800","text":"x"}', b'{"x":"\\udc80\\ud800"}', b'{"x":"\\ud83d\\ude00"}', b'{"a":1,"b":2,"a":3}',
+              b'{"x":1e400}', b'{"x":-1e400}', b'{"x":1e-400}', b'{"x":NaN}', b'{"x":Infinity}', b'{"x":-0.0}',
+              b'{"x":123456789012345678901234567890}', b'{"x":' + b"9" * 5000 + b"}", b'{"x":18446744073709551616}',
+              b'\xef\xbb\xbf{"a":1}', b'{"x":"a\tb"}', b'{"x":"a\x01b"}', b'{"x":"\x7f"}', b'{"x":"\xed\xa0\x80"}',
+              b'{"x":"\xc0\x80"}', b'{"x":1}{"y":2}', b'{"x":1,}', b"{'x':1}", b"[1]", b'"s"', b"null", b" {\"a\":1} ",
+              b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 5000 + b"1" + b"}" * 5000, b"", b"{}"]
+
+
+@pytest.mark.parametrize("raw", JSON_EDGES, ids=range(len(JSON_EDGES)))
+def test_parse_event_accepts_and_rejects_as_json_loads_does(raw):
+    """msgspec decodes an event first, and the standard library decides whatever msgspec refuses:
+    every object, and every reason, is the one ``json.loads`` alone gave."""
+    got, want = _parsed(raw), _stdlib_parse(raw)
+    assert got == want and repr(got) == repr(want)  # repr: -0.0 and 0.0, 1 and 1.0 and True told apart
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(events.map(lambda e: json.dumps(e, ensure_ascii=False).encode()),
+                 st.recursive(st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
+                              lambda kids: st.dictionaries(st.text(max_size=6), kids, max_size=4), max_leaves=12)
+                 .map(lambda v: json.dumps(v).encode()),
+                 st.binary(max_size=120), st.text(max_size=60).map(lambda t: t.encode("utf-8", "surrogatepass"))))
+def test_parse_event_agrees_with_json_loads_on_fuzzed_input(raw):
+    got, want = _parsed(raw), _stdlib_parse(raw)
+    assert repr(got) == repr(want)  # not ==: a NaN inside is not equal to itself
