@@ -629,15 +629,8 @@ class BucketIndex:
         # long buckets merged so far, by their bytes: a bucket of the same bytes (a campaign's, see
         # ``_probe``) takes the same entry at the same spot, so it merges to the same bytes
         merged: dict[tuple[int, bytes], tuple[bytes, bytes]] = {}  # twin_key -> bucket, merged
-        first = packed if self.max_bucket > 0 else b""  # ``merge_entry`` into an empty bucket
         for bk, raw in raws.items():
-            if not raw:  # a new bucket (most of an SMS's): no call to merge into nothing
-                if first != raw:
-                    self.data[bk] = first
-                if self.observe is not None:
-                    self.observe(len(first))
-                continue
-            sig = twin_key(raw) if len(raw) >= _TWIN_FROM else None
+            sig = twin_key(raw) if raw and len(raw) >= _TWIN_FROM else None
             twin = merged.get(sig) if sig else None
             if twin is not None and twin[0] == raw:
                 new = twin[1]
@@ -645,7 +638,7 @@ class BucketIndex:
                 entry, packed_entry = (ref, packed_ref) if bk in by_ref else (me, packed)
                 new = merge_entry(raw, entry, cutoff, self.max_bucket, packed_entry, new_id,
                                   spots.get(bk) if spots else None)
-                if sig:
+                if raw and sig:
                     merged[sig] = (raw, new)
             if new != raw:
                 self.data[bk] = new
