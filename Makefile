@@ -11,10 +11,11 @@ PYTEST_ARGS ?=
 
 .PHONY: venv test test-unit demo broker-start broker-stop bench clean
 
+# the bench extra: the benchmarks' peers, which tests/integration/test_bench_scripts.py runs too
 $(BIN)/stream-dedup: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -e ".[test,bench]"
 	touch $@
 
 venv: $(BIN)/stream-dedup

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from common import RESULTS
 ORDER = ["quality", "html_quality", "fingerprint", "scan_vs_jieba", "campaign", "scan_memory", "sweep_memory", "deduper_disk",
          "stages", "instructions", "segmenters", "index_scale", "kafka_e2e", "kafka_profile", "status_scale"]
 TITLES = {"quality": "Quality and speed vs peers (development benchmark)", "fingerprint": "Fingerprint math vs peers",

@@ -13,7 +13,9 @@ from typing import Callable, Mapping, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("STREAM_DEDUP_SHARED", REPO.parent / "shared" / "data"))
-RESULTS = REPO / "bench" / "results"
+# where scripts write their tables: bench/results, or another folder (the test suite's runs of every
+# script, tests/integration/test_bench_scripts.py, must not replace the recorded tables)
+RESULTS = Path(os.environ.get("STREAM_DEDUP_BENCH_RESULTS") or REPO / "bench" / "results")
 DEVSET = REPO / "bench" / "work" / "devset"
 T = TypeVar("T")
 
@@ -156,4 +158,12 @@ def save(name: str, data: dict, text: str) -> None:
     (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
     (RESULTS / f"{name}.md").write_text(f"{text}\n\n{json.dumps(data['machine'])}\n", encoding="utf-8")
     print(text)
-    print(f"\nwritten: bench/results/{name}.json, bench/results/{name}.md")
+    print(f"\nwritten: {_shown(RESULTS / name)}.json, {_shown(RESULTS / name)}.md")
+
+
+def _shown(path: Path) -> str:
+    """``path`` from the repository's root when it is inside it (bench/results/...), else whole."""
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)

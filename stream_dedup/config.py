@@ -25,9 +25,9 @@ from msgspec import Meta, field
 
 ENV_PREFIX = "STREAM_DEDUP_"
 # Environment names under the prefix that are not settings: the topic specs' folder, the sample
-# corpora of the benchmarks, and the test suite's knobs (STREAM_DEDUP_TEST_*). A worker or command
-# started beside them must not reject them as unknown settings.
-NOT_SETTINGS = frozenset({"STREAM_DEDUP_TOPICS_DIR", "STREAM_DEDUP_SHARED"})
+# corpora of the benchmarks, the benchmarks' results folder, and the test suite's knobs
+# (STREAM_DEDUP_TEST_*). A worker or command started beside them must not reject them as unknown settings.
+NOT_SETTINGS = frozenset({"STREAM_DEDUP_TOPICS_DIR", "STREAM_DEDUP_SHARED", "STREAM_DEDUP_BENCH_RESULTS"})
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -82,9 +82,9 @@ def test_readme_configuration_reference_is_generated_from_the_model():
 
 
 def test_the_projects_own_environment_names_are_not_taken_for_settings():
-    """The benchmarks' corpus folder and the test suite's knobs share the prefix; a typo does not."""
+    """The benchmarks' corpus and results folders and the test suite's knobs share the prefix; a typo does not."""
     s = load_settings(environ={"STREAM_DEDUP_SHARED": "/data", "STREAM_DEDUP_TEST_SOAK_S": "60",
-                               "STREAM_DEDUP_TOPICS_DIR": "topics"})
+                               "STREAM_DEDUP_TOPICS_DIR": "topics", "STREAM_DEDUP_BENCH_RESULTS": "/tmp/results"})
     assert s == load_settings(environ={})
     with pytest.raises(ConfigError, match="STREAM_DEDUP_SHARD"):
         load_settings(environ={"STREAM_DEDUP_SHARD": "/data"})
