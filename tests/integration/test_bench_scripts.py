@@ -33,14 +33,17 @@ def _recorded() -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in RECORDED.iterdir() if p.is_file()}
 
 
-def run_script(tmp_path: Path, script: str, *args: str, timeout: float = 600) -> Path:
+def run_script(tmp_path: Path, script: str, *args: str, timeout: float = 600, bootstrap: str | None = None) -> Path:
     """Runs ``bench/<script>`` as the README does, its tables going to ``tmp_path / "results"``;
-    returns that folder. Fails with the script's output when it exits with an error."""
+    returns that folder. Fails with the script's output when it exits with an error. ``bootstrap``:
+    the suite's broker, named to the script (else it would start and warm one of its own)."""
     shared_data("")  # the scripts read the team's corpora
     results = tmp_path / "results"
     before = _recorded()
     proc = subprocess.run([sys.executable, str(REPO / "bench" / script), *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env=dict(os.environ, STREAM_DEDUP_BENCH_RESULTS=str(results)))
+                          text=True, timeout=timeout,
+                          env=dict(os.environ, STREAM_DEDUP_BENCH_RESULTS=str(results),
+                                   **({"KAFKA_BOOTSTRAP": bootstrap} if bootstrap else {})))
     assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert _recorded() == before, f"{script} wrote to bench/results, not to STREAM_DEDUP_BENCH_RESULTS"
     return results
@@ -147,7 +150,7 @@ def test_collect_gathers_the_tables_it_finds(tmp_path):
 def test_kafka_e2e_answers_every_event_through_a_worker(tmp_path, kafka_bootstrap):
     """A broker the suite already runs: the script neither starts one nor warms it."""
     results = run_script(tmp_path, "kafka_e2e.py", "--events", "300", "--workers", "1", "--kinds", "sms",
-                         "--repeat", "1")
+                         "--repeat", "1", bootstrap=kafka_bootstrap)
     run = table_of(results, "kafka_e2e_trial")["runs"][0]  # other arguments than the recorded table's
     assert (run["kind"], run["workers"], run["events"], run["answered"]) == ("sms", 1, 300, 300), run
     assert run["worker_log"]["errors"] == 0 and run["latency_p99_ms"] > 0, run
@@ -155,5 +158,6 @@ def test_kafka_e2e_answers_every_event_through_a_worker(tmp_path, kafka_bootstra
 
 @pytest.mark.kafka
 def test_status_scale_reads_every_partition(tmp_path, kafka_bootstrap):
-    d = table_of(run_script(tmp_path, "status_scale.py", "--partitions", "6", "--repeat", "1"), "status_scale")
+    d = table_of(run_script(tmp_path, "status_scale.py", "--partitions", "6", "--repeat", "1",
+                            bootstrap=kafka_bootstrap), "status_scale")
     assert [(r["partitions"], r["source_partitions"]) for r in d["results"]] == [(6, 18)], d["results"]
