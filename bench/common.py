@@ -158,7 +158,8 @@ def save(name: str, data: dict, text: str) -> None:
     (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
     (RESULTS / f"{name}.md").write_text(f"{text}\n\n{json.dumps(data['machine'])}\n", encoding="utf-8")
     print(text)
-    print(f"\nwritten: {_shown(RESULTS / name)}.json, {_shown(RESULTS / name)}.md")
+    shown = _shown(RESULTS / name)
+    print(f"\nwritten: {shown}.json, {shown}.md")
 
 
 def _shown(path: Path) -> str:
