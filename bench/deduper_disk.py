@@ -22,7 +22,6 @@ which with the default 7-day window come days apart.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile

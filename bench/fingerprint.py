@@ -31,7 +31,7 @@ from common import devset, median_runs, need_shared, read_jsonl, save, table  # 
 from stream_dedup.config import load_settings  # noqa: E402
 from stream_dedup.core.detectors.minhash import MinhashDetector  # noqa: E402
 from stream_dedup.core.detectors.ngram import NgramDetector  # noqa: E402
-from stream_dedup.core.simhash import simhash, simhash_many  # noqa: E402
+from stream_dedup.core.simhash_fingerprint import simhash, simhash_many  # noqa: E402
 from stream_dedup.core.stages import Preparer  # noqa: E402
 
 

@@ -5,7 +5,8 @@
 Synthetic SimHash fingerprints (random 64-bit values; every 10th a near copy of an earlier one)
 go through the same code as the workers: BucketIndex.probe_insert over RocksDB, window wider
 than the run, once with 4x16 bands (4 keys of 16 bits: buckets fill up as the index grows) and once
-with 5c2 (10 keys of 26 bits: buckets stay nearly empty at 1M). At each size, --sample more documents are timed (probe + insert) and
+with 5c2 (10 keys of 26 bits: buckets stay nearly empty at 1M). At each size, --sample more documents are timed (probe + insert)
+and
 the process RSS and the RocksDB folder size are read; the µs/doc is the median of --chunks timed
 chunks of the sample. A PNG plot of µs/doc against index size is
 written next to the table when matplotlib is installed.
@@ -27,7 +28,7 @@ from common import RESULTS, save, table  # noqa: E402
 
 from stream_dedup.core.detectors.base import Match  # noqa: E402
 from stream_dedup.core.index import BucketIndex  # noqa: E402
-from stream_dedup.core.simhash import BandScheme, hamming  # noqa: E402
+from stream_dedup.core.simhash_fingerprint import BandScheme, hamming  # noqa: E402
 from stream_dedup.core.store import KVStore  # noqa: E402
 
 

@@ -88,8 +88,8 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from stream_dedup.config import load_settings  # noqa: E402
 from stream_dedup.core.engine import Engine  # noqa: E402
-from stream_dedup.kafka_io import admin, consumer, producer, send  # noqa: E402
-from stream_dedup.topics import apply  # noqa: E402
+from stream_dedup.stream.kafka_io import admin, consumer, producer, send  # noqa: E402
+from stream_dedup.stream.topics import apply  # noqa: E402
 
 
 def broker_pid() -> int | None:
@@ -110,7 +110,8 @@ def env_for(s, state: str, web_port: int = 0) -> dict:
                 STREAM_DEDUP_TOPICS__CLUSTERS=t.clusters,
                 STREAM_DEDUP_TOPICS__INTERNAL_PREFIX=t.internal_prefix, STREAM_DEDUP_TOPICS__PARTITIONS=str(t.partitions),
                 STREAM_DEDUP_WORKER__APP_ID=s.worker.app_id, STREAM_DEDUP_WORKER__WEB_PORT=str(web_port),
-                STREAM_DEDUP_WORKER__STATE_DIR=state, STREAM_DEDUP_WORKER__LOG_LEVEL=os.environ.get("BENCH_WORKER_LOG_LEVEL", "WARNING"))
+                STREAM_DEDUP_WORKER__STATE_DIR=state,
+                STREAM_DEDUP_WORKER__LOG_LEVEL=os.environ.get("BENCH_WORKER_LOG_LEVEL", "WARNING"))
 
 
 def free_port() -> int:
@@ -573,7 +574,8 @@ def main() -> None:
     text = table([*code_head, "kind", "workers", "rate", "events", "answered", "events/s", "events/s runs", "latency p50 ms",
                   "latency p99 ms", "p99 runs", "scan events/s", "kafka/scan", "internal msgs/event", "changelog msgs/event",
                   "changelog KB/event", "worker CPU ms/event", "main threads", "stages' code",
-                  "msgs per batch", "ms per batch", "cores: workers", "broker", "kernel irq", "rest", "bench client", "idle"], rows)
+                  "msgs per batch", "ms per batch", "cores: workers", "broker", "kernel irq", "rest", "bench client",
+                  "idle"], rows)
     name = (("kafka_profile" if a.profile else "kafka_e2e")
             + ("_half" if half else f"_rate{int(a.rate)}" if a.rate else "")
             + (f"_p{a.partitions}" if a.partitions != 6 else "")

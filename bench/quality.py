@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, devset, median_runs, need_shared, read_jsonl, save, scan_cli, table  # noqa: E402
 
-from stream_dedup.evaluate import evaluate  # noqa: E402
+from stream_dedup.cli.evaluate import evaluate  # noqa: E402
 
 
 def loop(docs: list[dict], query, add) -> list[dict]:
@@ -87,7 +87,7 @@ def run_ours(path: Path, tmp: Path, detectors: str | None = None) -> list[dict]:
 
 
 def reworded_flagged(verdicts: list[dict], labels: list[dict]) -> float | None:
-    pairs = {l["pair"]: l["jaccard"] for l in labels if l.get("pair")}
+    pairs = {lab["pair"]: lab["jaccard"] for lab in labels if lab.get("pair")}
     if not pairs:
         return None
     v = {x["id"]: x for x in verdicts}

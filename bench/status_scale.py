@@ -28,9 +28,9 @@ from common import REPO, median_time, save, settings_for, table  # noqa: E402
 from confluent_kafka import KafkaException, Producer, TopicPartition  # noqa: E402
 
 from stream_dedup.config import Settings  # noqa: E402
-from stream_dedup.kafka_io import client_config, consumer, watermarks  # noqa: E402
-from stream_dedup.status import group_status, source_topics  # noqa: E402
-from stream_dedup.topics import apply  # noqa: E402
+from stream_dedup.stream.kafka_io import client_config, consumer, watermarks  # noqa: E402
+from stream_dedup.stream.status import group_status, source_topics  # noqa: E402
+from stream_dedup.stream.topics import apply  # noqa: E402
 
 
 def fill(s: Settings) -> list[tuple[str, int]]:
