@@ -8,29 +8,52 @@ KAFKA := deploy/kafka/kafka.sh
 TEST_PORT ?= 19092
 DEMO_PORT ?= 9092
 PYTEST_ARGS ?=
+# the tiers: `make test` leaves out the soak and the benchmark-script runs (make soak, make bench-smoke)
+TEST_MARKS ?= not soak and not bench
 
-.PHONY: venv test test-unit demo broker-start broker-stop bench clean
+.PHONY: venv lock test test-unit soak bench-smoke check demo broker-start broker-stop clean
 
-# the bench extra: the benchmarks' peers, which tests/integration/test_bench_scripts.py runs too
-$(BIN)/stream-dedup: pyproject.toml
+# Every package from the lock file (exact versions and hashes), then the project itself, editable.
+$(BIN)/stream-dedup: requirements.lock pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test,bench]"
+	$(BIN)/pip install -q --disable-pip-version-check --require-hashes --no-deps -r requirements.lock
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
 	touch $@
 
 venv: $(BIN)/stream-dedup
 
-# The whole suite against a real broker: the local one unless KAFKA_BOOTSTRAP names another.
+# Re-resolve requirements.lock from pyproject.toml (run after changing a dependency; commit both).
+lock: venv
+	$(BIN)/uv pip compile pyproject.toml --extra test --extra bench --generate-hashes \
+	  --python-version 3.11 -q -o requirements.lock
+
+# The suite against a real broker: the local one unless KAFKA_BOOTSTRAP names another.
 test: venv
+	@$(MAKE) --no-print-directory _pytest MARKS="$(TEST_MARKS)"
+
+# The bounded steady-rate soak (about 10 minutes; STREAM_DEDUP_TEST_SOAK_S shortens it).
+soak: venv
+	@$(MAKE) --no-print-directory _pytest MARKS="soak"
+
+# Every benchmark script of bench/README.md, each on a small input (about 3 minutes).
+bench-smoke: venv
+	@$(MAKE) --no-print-directory _pytest MARKS="bench"
+
+_pytest:
 	@if [ -z "$$KAFKA_BOOTSTRAP" ]; then KAFKA_PORT=$(TEST_PORT) $(KAFKA) start --fresh; fi
 	@status=0; \
-	 KAFKA_BOOTSTRAP=$${KAFKA_BOOTSTRAP:-127.0.0.1:$(TEST_PORT)} $(BIN)/python -m pytest $(PYTEST_ARGS) || status=$$?; \
+	 KAFKA_BOOTSTRAP=$${KAFKA_BOOTSTRAP:-127.0.0.1:$(TEST_PORT)} $(BIN)/python -m pytest -m "$(MARKS)" $(PYTEST_ARGS) || status=$$?; \
 	 if [ -z "$$KAFKA_BOOTSTRAP" ]; then KAFKA_PORT=$(TEST_PORT) $(KAFKA) stop; fi; \
 	 exit $$status
 
 # Unit tests of the pure core only: no broker.
 test-unit: venv
-	$(BIN)/python -m pytest -m "not kafka" tests/unit $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not kafka and not bench" tests/unit $(PYTEST_ARGS)
+
+# Lint and types.
+check: venv
+	$(BIN)/ruff check stream_dedup tests bench
+	$(BIN)/mypy
 
 # The full pipeline on a sample the project ships, then a verdict summary.
 demo: venv
