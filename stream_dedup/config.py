@@ -28,7 +28,7 @@ ENV_PREFIX = "STREAM_DEDUP_"
 # corpora of the benchmarks, the benchmarks' results folder, and the test suite's knobs
 # (STREAM_DEDUP_TEST_*). A worker or command started beside them must not reject them as unknown settings.
 NOT_SETTINGS = frozenset({"STREAM_DEDUP_TOPICS_DIR", "STREAM_DEDUP_SHARED", "STREAM_DEDUP_BENCH_RESULTS"})
-REPO_ROOT = Path(__file__).resolve().parent.parent
+TOPICS_DIR = Path(__file__).resolve().parent / "data" / "topics"  # package data; the repository's topics/ links here
 
 
 class ConfigError(ValueError):
@@ -76,10 +76,11 @@ class TopicSettings(_Section):
     clusters: Annotated[str, Meta(description="compacted: per original page, its cluster size and canonical page")] = "clusters"
     internal_prefix: Annotated[str, Meta(description="prefix of the internal repartition and changelog topics")] = "stream-dedup"
     partitions: Annotated[int, Meta(ge=1, le=1024, description="partitions of pages and every internal topic")] = 6
-    dir: Annotated[Path | None, Meta(description="folder with topics.toml and schemas/ (default: the repo's topics/)")] = None
+    dir: Annotated[Path | None, Meta(description="folder with topics.toml and schemas/ (default: the definitions the "
+                                     "package ships, whose editable source is the repository's topics/)")] = None
 
     def definitions_dir(self) -> Path:
-        return self.dir or Path(os.environ.get("STREAM_DEDUP_TOPICS_DIR", REPO_ROOT / "topics"))
+        return self.dir or Path(os.environ.get("STREAM_DEDUP_TOPICS_DIR", TOPICS_DIR))
 
 
 class TextSettings(_Section):
@@ -176,21 +177,10 @@ class WorkerSettings(_Section):
     prepare_slice_bytes: Annotated[int, Meta(ge=1, le=1 << 26, description="page bytes the prepare agent "
                                      "prepares and sends in one go before it lets the worker's other agents run "
                                      "(a batch of long pages would hold them for a second)")] = 262_144
-    inject_delay: Annotated[str, Meta(pattern=r"^$|^(prepare|exact|index|decide):[0-9.]+:[0-9.]+$", description="fault injection for tests: 'stage:seconds:for_s' sleeps that long per item "
-                              "in that stage during the first for_s seconds after start (a slow consumer)")] = ""
-    inject_failure: Annotated[str, Meta(pattern=r"^$|^(prepare|index|decide):[1-9][0-9]*$", description="fault injection for "
-                                "tests: 'stage:n' raises in that stage's n-th batch (its work done, its output not yet sent)")] = ""
     quarantine_after: Annotated[int, Meta(ge=0, le=100, description="a message whose processing raised this many times "
                                   "(counted across restarts) has its failing items dead-lettered (reason quarantined) "
                                   "and the partition goes on (the first attempt is its whole batch's: 1 acts as 2); "
                                   "0: restart for as long as it fails")] = 3
-    inject_poison: Annotated[str, Meta(pattern=r"^$|^(prepare|index|decide):.+$", description="fault injection for "
-                               "tests: 'stage:id' raises in that stage whenever it works on the document id (a poison message)")] = ""
-    inject_skip: Annotated[str, Meta(pattern=r"^$|^(prepare|index|decide):[1-9][0-9]*$", description="fault injection "
-                             "for tests: 'stage:n' drops the n-th message that stage's stream brings, unprocessed, "
-                             "unacked and unseen by the gap tracking (a skip the gap filler misses)")] = ""
-    inject_stall: Annotated[bool, Meta(description="fault injection for tests: after its first batch of page events "
-                               "the worker leaves its pages partitions out of Faust's fetch set (a stalled partition)")] = False
     batch_within_s: Annotated[float, Meta(gt=0, le=10, description="longest an agent waits to fill a batch (adds up to "
                                   "4x this to a verdict's latency at low rates)")] = 0.02
     state_ttl_s: Annotated[int, Meta(ge=0, description="seconds a table entry lives without a rewrite (RocksDB TTL, applied "

@@ -12,11 +12,12 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
-from .collector import fewer_collections
+from .gc_tuning import fewer_collections
 from .config import Settings
 from .core.document import Rejected, parse_event, validate
 from .core.engine import Engine
-from .core.stages import Prepared, Preparer
+from .core.wire import Prepared
+from .core.stages import Preparer
 from .core.verdict import json_record
 
 

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from .config import ConfigError, Settings, load_settings
+from ..config import ConfigError, Settings, load_settings
 
 EXIT_PROBLEM, EXIT_USAGE, EXIT_ENV = 1, 2, 3
 _done_with_process = False  # a command that leaves nothing for the interpreter's teardown to do (scan)
@@ -68,7 +68,7 @@ def main(ctx: click.Context, config: str | None, bootstrap: str | None) -> None:
 def scan(c: Ctx, input: str, out: str, state: str | None, progress: bool | None, json_summary: bool,
          clusters_path: str | None, jobs: int | None) -> None:
     """Run the engine over a JSONL file (or - for stdin) and write one verdict per id."""
-    from .scan import auto_jobs, run_scan
+    from ..scan import auto_jobs, run_scan
 
     summary = run_scan(c.settings, input, out, state_dir=state,
                        progress=(input != "-") if progress is None else progress, clusters_path=clusters_path,
@@ -109,7 +109,7 @@ def idf() -> None:
 @pass_ctx
 def idf_build(c: Ctx, corpus: str, out: str, field: str, limit: int | None) -> None:
     """Count document frequencies of jieba words in CORPUS.jsonl and write an IDF table."""
-    from .core.idf import build_idf_from_jsonl
+    from ..core.idf import build_idf_from_jsonl
 
     table = build_idf_from_jsonl(corpus, field=field, limit=limit, settings=c.settings.text, progress=True)
     table.save(out)
@@ -121,7 +121,7 @@ def idf_build(c: Ctx, corpus: str, out: str, field: str, limit: int | None) -> N
 @pass_ctx
 def worker(c: Ctx) -> None:
     """Run a Kafka stream worker. Start N of them (on N machines) to scale out."""
-    from .stream.app import run_worker
+    from ..stream.worker import run_worker
 
     run_worker(c.settings)
 
@@ -139,7 +139,7 @@ def topics() -> None:
 def topics_apply(c: Ctx, as_json: bool, grow_input: bool) -> None:
     """Create missing topics; report drift (partitions, config) without changing existing ones,
     except the pages topic's partition count with --grow-input."""
-    from .topics import apply
+    from ..stream.topics import apply
 
     try:
         report = apply(c.settings, grow_input=grow_input)
@@ -164,7 +164,7 @@ def topics_apply(c: Ctx, as_json: bool, grow_input: bool) -> None:
 @pass_ctx
 def topics_list(c: Ctx) -> None:
     """Print the topic definitions with the names this configuration gives them."""
-    from .topics import load_specs
+    from ..stream.topics import load_specs
 
     for s in load_specs(c.settings):
         click.echo(f"{s.name:32} partitions={s.partitions:<4} {s.role}")
@@ -257,7 +257,7 @@ def redrive(c: Ctx, reasons: tuple[str, ...], ids: tuple[str, ...], from_beginni
 @pass_ctx
 def status(c: Ctx, as_json: bool, wait_drained: bool, timeout: float) -> None:
     """Consumer lag per partition and partition ownership of the workers' consumer group."""
-    from .status import group_status, wait_drained as wait
+    from ..stream.status import group_status, wait_drained as wait
 
     if not wait_drained:
         st = group_status(c.settings)
@@ -278,7 +278,7 @@ def status(c: Ctx, as_json: bool, wait_drained: bool, timeout: float) -> None:
 def show_config(c: Ctx, reference: bool) -> None:
     """Print the effective configuration (secrets redacted)."""
     if reference:
-        from .config import reference_markdown
+        from ..config import reference_markdown
 
         click.echo(reference_markdown())
         return

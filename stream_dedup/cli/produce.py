@@ -8,8 +8,8 @@ import uuid
 from collections import Counter
 from typing import Callable, Iterator
 
-from .config import Settings
-from .kafka_io import assign_up_to_ends, consumer, end_reader, producer, reached_end, send, topic_partitions
+from ..config import Settings
+from ..stream.kafka_io import assign_up_to_ends, consumer, end_reader, producer, reached_end, send, topic_partitions
 
 
 def _lines(path: str) -> Iterator[bytes]:

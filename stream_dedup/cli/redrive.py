@@ -25,11 +25,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeGuard
 
-from .config import Settings
-from .kafka_io import (client_config, coordinated, end_reader, producer, reached_end, send, topic_partitions,
+from ..config import Settings
+from ..stream.kafka_io import (client_config, coordinated, end_reader, producer, reached_end, send, topic_partitions,
                        watermarks)
-from .stream.gaps import confluent_fetch
-from .stream.quarantine import item_ids
+from ..stream.gaps import confluent_fetch
+from ..stream.quarantine import item_ids
 
 # the reasons that a fixed bug cures; the others are the data's, and a resend is rejected again
 BUG_REASONS = ("quarantined", "internal_error")

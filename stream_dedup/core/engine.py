@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Iterable
 
 from .exact import ExactStore
 from .index import BucketIndex
-from .stages import DecideStage, DocStates, IndexStage, Prepared, Preparer, admit_id, exact_stage, fan_out
+from .stages import DecideStage, DocStates, IndexStage, Preparer, admit_id, exact_stage
+from .wire import Prepared
+from .routing import fan_out
 from .store import Buffered, Generations, Keyed, KVStore, Tiered
 from .verdict import Cluster, DocState, Verdict
 
@@ -101,7 +103,7 @@ class Engine:
             self.decide.states[prepared.id] = DocState(prepared.id)
         verdicts: list[Verdict] = []
         fingerprint, probes = fan_out(prepared, 1)
-        msgs, _ = exact_stage(self.exact, fingerprint, 1)
+        msgs = exact_stage(self.exact, fingerprint)
         for probe in probes:
             msgs += self.index.process(probe, new_id=new_id and self._all_ids_known)
         queue = list(reversed(msgs))

@@ -29,15 +29,11 @@ Every write is idempotent: replaying a probe leaves the same bytes.
 
 Why the header: in a live stream a document is newer than every entry of its buckets, so a probe
 needs only the entries up to the earliest match, and an insert only the first and last entries and
-the count. Without the header both decoded the whole bucket, and a campaign's or a wire story's
-bucket holds up to ``max_bucket`` entries, so each copy cost more than the last: ``scan`` of 100
-THUCNews articles in 300 rounds took 131 s, and 32 s with the header (``bench/HISTORY.md``). What
-still grows with a bucket is copying it to rewrite it, and looking for the id's bytes in it (a
-revision replaces its old entry); past its first ``INLINE_ENTRIES`` entries it grows by an id and
-a head per document, not a payload (``INLINE_ENTRIES``). A bucket of one entry has no header (an
-SMS's bucket mostly holds one), and a bucket written before the header existed is read as it is
-and gains one when next rewritten: its first byte is a ts's, and no ts within 2^62 of zero, which
-``document.validate`` allows, starts with 0x80.
+the count; neither decodes a long bucket (a campaign's or a wire story's holds up to ``max_bucket``
+entries). Past its first ``INLINE_ENTRIES`` entries a bucket grows by an id and a head per
+document, not a payload. A bucket of one entry has no header (an SMS's bucket mostly holds one):
+its first byte is a ts's, and no ts within 2^62 of zero, which ``document.validate`` allows,
+starts with 0x80.
 """
 from __future__ import annotations
 
@@ -182,15 +178,15 @@ def unpack_entries(data: bytes) -> list[Entry]:
 
 
 def count_entries(data: bytes) -> int:
-    """How many entries a packed bucket holds: from the header, or (no header: one entry, or a
-    bucket written before the header existed) by decoding it, as the probe before has."""
+    """How many entries a packed bucket holds: from the header, or (no header: one entry) by
+    decoding it, as the probe before has."""
     return _BUCKET_HEAD.unpack_from(data)[1] if data[:1] == _MAGIC else len(_entries(data))
 
 
 @lru_cache(maxsize=512)
 def _entries(data: bytes) -> tuple[Entry, ...]:
     """Decoded once, where a bucket is decoded whole: the merge into a bucket with no header (one
-    entry, or stored before the header existed) and a full merge (entries expired, an id's entry
+    entry) and a full merge (entries expired, an id's entry
     replaced, a full bucket), after ``count_entries`` of the same bucket in the same insert.
     Probes walk the entries' heads instead (``_probe``), as does an insert that splices
     (``_insert_at``)."""
@@ -245,7 +241,7 @@ def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: 
             body: bytes | memoryview = raw[_BUCKET_HEAD.size:]
             if len(raw) > 4096:
                 body = memoryview(raw)[_BUCKET_HEAD.size:]
-    else:  # one entry, or written before the header existed
+    else:  # one entry, no header
         old = _entries(raw)
         count = len(old)
         newer = (old[0][0] >= cutoff and (entry[0], entry[1]) > (old[-1][0], old[-1][1])

@@ -1,4 +1,4 @@
-"""The stage functions of the dataflow, shared by both drivers.
+"""The stage functions of the dataflow, shared by ``scan``, the ``Deduper`` and the workers.
 
     prepare ──► probes ──► index ─────────────► answers ──► decide
     (admit_id)  (by band-key partition: the    (by doc id)
@@ -6,34 +6,17 @@
                  its exact check)
 
 ``prepare`` sends a document's probes to the index partitions and its digest to the partition that
-owns it, all on one topic (``fan_out``, ``index_item``): the index stage does the exact check as
-one more probe, so every document crosses two hops from page to verdict, and each prepare batch
-makes one message per partition, not two (see ``fan_out`` for the history and what it costs).
+owns it, all on one topic (``routing.fan_out``, ``wire.index_item``): the index stage does the exact
+check as one more probe, so every document crosses two hops from page to verdict.
 
-``Engine`` calls them in one process (one partition of everything); the Kafka workers call the
-same functions on the partitions they own and carry the messages below between them over
-topics. Every message is a small dataclass with ``to_bytes``/``from_bytes``.
-
-Wire format: a message is a MessagePack array of its fields (bytes as MessagePack binary), and a
-Kafka message on an internal topic is a MessagePack array of such messages (``pack_batches``).
-Why not JSON, as before: an SMS crossed the internal topics and the decide changelog as about
-1.5 KB of JSON with base64 digests and payloads, and encoding and decoding it was 7 % of the
-workers' CPU in the two-worker SMS profile; MessagePack (msgspec) takes 0.2 µs to encode a
-Prepared against 5 µs for JSON, and a third fewer bytes. Records written by earlier versions
-(JSON objects, newline-separated in a batch) still read: a JSON object starts with ``{``, which
-no MessagePack array does. A message whose text holds a lone surrogate (MessagePack strings are
-UTF-8) travels as its JSON form, as a binary element of the batch.
+``Engine`` calls these in one process (one partition of everything); the Kafka workers call the
+same functions on the partitions they own and carry the messages of ``wire`` between them.
 """
 from __future__ import annotations
 
-import base64
-import json
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, MutableMapping, TypeVar
-
-import mmh3
-import msgspec
 
 from . import hashing, tokenize
 from .detectors import Detector, build_detectors
@@ -43,289 +26,14 @@ from .idf import load_idf
 from .index import BucketIndex
 from .tokenize import WordTokenizer
 from .verdict import Candidate, Cluster, DocState, Verdict
+from .wire import Prepared, Probe, ToDecide, _decode, _dumps, _encode
 
 if TYPE_CHECKING:
     from ..config import Settings
 
 SNIPPET_CHARS = 60
-_GOLDEN = 0x9E3779B97F4A7C15
-_M64 = (1 << 64) - 1
 
 
-def key_partition(det: int, key: int, partitions: int) -> int:
-    """Which band-key partition owns bucket (det, key): a fixed mix, the same in every process."""
-    return ((((key ^ (det << 56)) * _GOLDEN) & _M64) >> 32) % partitions
-
-
-def id_partition(ident: str, partitions: int) -> int:
-    return mmh3.hash(ident.encode("utf-8", "surrogatepass"), signed=False) % partitions
-
-
-def digest_partition(digest: bytes, partitions: int) -> int:
-    """Which partition's exact store owns a digest."""
-    return int.from_bytes(digest[:8], "big") % partitions
-
-
-# ------------------------------------------------------------------------------------ batches
-BATCH_MAX_BYTES = 512 * 1024  # well under Kafka's default 1 MB message limit
-_MSGPACK = msgspec.msgpack.Encoder()
-_UNPACK = msgspec.msgpack.Decoder()
-_JSON_ITEM = b"{"[0]
-
-
-def _array_header(n: int) -> bytes:
-    """MessagePack's header of an array of ``n`` elements."""
-    if n < 16:
-        return bytes([0x90 | n])
-    if n < 1 << 16:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
-
-
-def _element(item: bytes) -> bytes:
-    """An encoded message as an element of a batch array: a MessagePack message as it is, a JSON
-    one (see ``_encode``) as MessagePack binary."""
-    if item[:1] != b"{":
-        return item
-    n = len(item)
-    head = b"\xc4" + bytes([n]) if n < 1 << 8 else b"\xc5" + n.to_bytes(2, "big") if n < 1 << 16 else \
-        b"\xc6" + n.to_bytes(4, "big")
-    return head + item
-
-
-def byte_slices(sizes: list[int], max_bytes: int) -> list[range]:
-    """Consecutive index ranges covering ``sizes`` in order, each summing to at most ``max_bytes``
-    (an item larger than that alone in its range).
-
-    Why: the prepare agent takes page events in large batches (a worker's fixed costs per batch and
-    per message of the internal topics are then spread over many SMS), but a batch of a thousand
-    news pages is a second of work that would hold every other agent of the worker; it prepares and
-    sends such a batch slice by slice. ``pack_batches`` cuts the internal messages the same way."""
-    out: list[range] = []
-    start, total = 0, 0
-    for i, n in enumerate(sizes):
-        if i > start and total + n > max_bytes:
-            out.append(range(start, i))
-            start, total = i, 0
-        total += n
-    if start < len(sizes):
-        out.append(range(start, len(sizes)))
-    return out
-
-
-def pack_batches(items: list[bytes], max_bytes: int = BATCH_MAX_BYTES) -> list[bytes]:
-    """Messages for one destination partition, many items each (a MessagePack array of them).
-
-    Why: a Kafka message costs the same fixed work in the broker and in Faust whatever it holds;
-    the workers send one message per destination partition per batch, not one per item. An item
-    larger than ``max_bytes`` travels alone (in an array of one).
-    """
-    els = [_element(it) for it in items]
-    # 5: the largest array header
-    return [_array_header(len(r)) + b"".join(els[r.start:r.stop])
-            for r in byte_slices([len(e) for e in els], max_bytes - 5)]
-
-
-def unpack_batch(message: bytes | None) -> list[Any]:
-    """The items of a batch message, each a decoded MessagePack array (a list) or the bytes of a
-    JSON item; the message classes' ``from_item`` read either. A batch of an earlier version
-    (newline-separated JSON items) gives its items' bytes."""
-    if not message:
-        return []
-    if message[0] == _JSON_ITEM:
-        return message.split(b"\n")
-    return _UNPACK.decode(message)
-
-
-def _encode(wire: list, legacy: Callable[[], bytes]) -> bytes:
-    """MessagePack of ``wire``; the JSON form (``legacy()``) where MessagePack cannot carry it: a
-    lone surrogate in an id or a text (its strings are UTF-8), an integer beyond 64 bits."""
-    try:
-        return _MSGPACK.encode(wire)
-    except (UnicodeEncodeError, OverflowError):
-        return legacy()
-
-
-def _decode(b: bytes, from_wire: Callable[[list], Any], from_json: Callable[[dict], Any]) -> Any:
-    return from_json(_loads(b)) if b[:1] == b"{" else from_wire(_UNPACK.decode(b))
-
-
-class _Wire:
-    """A message's bytes: its fields as a list (``_wire``/``_from_wire``) in MessagePack, or its
-    JSON form (``_json``/``_from_json``) where MessagePack cannot carry it and in older records."""
-
-    def _wire(self) -> list:
-        raise NotImplementedError
-
-    def _json(self) -> bytes:
-        raise NotImplementedError
-
-    @classmethod
-    def _from_wire(cls, v: list) -> Any:
-        raise NotImplementedError
-
-    @classmethod
-    def _from_json(cls, d: dict) -> Any:
-        raise NotImplementedError
-
-    def to_bytes(self) -> bytes:
-        return _encode(self._wire(), self._json)
-
-    @classmethod
-    def from_bytes(cls, b: bytes) -> Any:
-        return _decode(b, cls._from_wire, cls._from_json)
-
-    @classmethod
-    def from_item(cls, item: Any) -> Any:
-        """One item of ``unpack_batch``: a decoded list, or the bytes of a JSON item."""
-        return cls._from_wire(item) if isinstance(item, list) else cls.from_bytes(item)
-
-
-def _dumps(obj: Any) -> bytes:
-    """Compact JSON in UTF-8, not ASCII: a CJK character takes 3 bytes instead of ``\\uXXXX``'s 6.
-    Every document's text snippet crosses the fingerprints and answers topics and is stored with its
-    decide state (each write goes to the changelog). A lone surrogate in a text survives the round
-    trip (surrogatepass); records written with ASCII escapes read the same."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
-
-
-def _loads(b: bytes) -> Any:
-    return json.loads(b.decode("utf-8", "surrogatepass"))
-
-
-def _b64(b: bytes) -> str:
-    return base64.b64encode(b).decode("ascii")
-
-
-def _unb64(s: str) -> bytes:
-    return base64.b64decode(s)
-
-
-# ------------------------------------------------------------------------------------ messages
-@dataclass
-class Prepared(_Wire):
-    """prepare -> exact: everything the later stages need of one document (never its text).
-
-    ``probes``: how many probes ``prepare`` sent to the index itself (``fan_out``); the message then
-    carries no sketches. None in a message from a version before that: the exact stage routes its
-    sketches (``exact_stage``), so what older workers left on the topic is still judged. (An older
-    worker cannot read this form: stop the old workers before the new ones start, README.)"""
-
-    id: str
-    ts: int
-    digest: bytes
-    kind: str
-    sketches: list[tuple[int, tuple[int, ...], bytes]]  # (detector code, keys, payload)
-    rank: float | None = None
-    snippet: str = ""  # the start of the normalized text: the sample a cluster record shows
-    probes: int | None = None
-
-    def _wire(self) -> list:
-        return [self.id, self.ts, self.digest, self.kind, self.sketches, self.rank, self.snippet, self.probes]
-
-    def __reduce__(self) -> tuple:
-        """Pickled as the arguments of ``__init__``, which are its wire fields in their order. Why:
-        ``scan``'s judging process unpickles every document its preparing processes send, and a
-        dataclass's default pickle (a bare object, then its ``__dict__`` set field by field) took
-        2.9-4.6 µs an SMS to load, against 1.5 so: a few per cent of that process's work, the
-        busier of the two."""
-        return Prepared, tuple(self._wire())
-
-    def _json(self) -> bytes:
-        return _dumps({"id": self.id, "ts": self.ts, "d": _b64(self.digest), "k": self.kind,
-                       "s": [[c, list(k), _b64(p)] for c, k, p in self.sketches], "r": self.rank, "x": self.snippet,
-                       "n": self.probes})
-
-    @classmethod
-    def _from_wire(cls, v: list) -> "Prepared":
-        return cls(v[0], v[1], v[2], v[3], [(c, tuple(k), p) for c, k, p in v[4]], v[5], v[6],
-                   v[7] if len(v) > 7 else None)
-
-    @classmethod
-    def _from_json(cls, d: dict) -> "Prepared":
-        return cls(d["id"], d["ts"], _unb64(d["d"]), d["k"], [(c, tuple(k), _unb64(p)) for c, k, p in d["s"]],
-                   d.get("r"), d.get("x", ""), d.get("n"))
-
-
-@dataclass
-class Probe(_Wire):
-    """prepare -> index: one document's keys that fall in one band-key partition."""
-
-    id: str
-    ts: int
-    partition: int
-    entries: list[tuple[int, tuple[int, ...], bytes]]
-
-    @property
-    def order(self) -> tuple[int, str]:
-        """(ts, id): the order of the index's entries, and the one it takes a batch's probes in
-        (``IndexStage.in_order``)."""
-        return (self.ts, self.id)
-
-    def _wire(self) -> list:
-        return [self.id, self.ts, self.partition, self.entries]
-
-    def _json(self) -> bytes:
-        return _dumps({"id": self.id, "ts": self.ts, "p": self.partition,
-                       "e": [[c, list(k), _b64(p)] for c, k, p in self.entries]})
-
-    @classmethod
-    def _from_wire(cls, v: list) -> "Probe":
-        return cls(v[0], v[1], v[2], [(c, tuple(k), p) for c, k, p in v[3]])
-
-    @classmethod
-    def _from_json(cls, d: dict) -> "Probe":
-        return cls(d["id"], d["ts"], d["p"], [(c, tuple(k), _unb64(p)) for c, k, p in d["e"]])
-
-
-@dataclass
-class ToDecide(_Wire):
-    """exact/index -> decide, keyed by the document it is about.
-
-    kind "expect": the exact stage's word (``expected`` probe answers, ``cand`` an exact original);
-    it may arrive before or after the answers it counts;
-    kind "answer": one probe's earliest near match (``part`` names the probe's partition);
-    kind "offer": a late match or an exact revision for an already-seen document;
-    kind "join"/"leave" (decide -> decide): ``member`` = [id, ts, rank] now names / no longer names
-    this document as its original (cluster sizes).
-    """
-
-    kind: str
-    id: str
-    ts: int | None
-    cand: Candidate | None = None
-    expected: int | None = None
-    part: int | None = None
-    rank: float | None = None
-    member: list | None = None
-    snippet: str | None = None
-
-    def _wire(self) -> list:
-        return [self.kind, self.id, self.ts, self.cand.to_list() if self.cand else None, self.expected, self.part,
-                self.rank, self.member, self.snippet or None]
-
-    def _json(self) -> bytes:
-        d: dict[str, Any] = {"t": self.kind, "id": self.id, "ts": self.ts,
-                             "c": self.cand.to_list() if self.cand else None, "n": self.expected, "p": self.part}
-        if self.rank is not None:
-            d["r"] = self.rank
-        if self.member is not None:
-            d["m"] = self.member
-        if self.snippet:
-            d["x"] = self.snippet
-        return _dumps(d)
-
-    @classmethod
-    def _from_wire(cls, v: list) -> "ToDecide":
-        return cls(v[0], v[1], v[2], Candidate.from_list(v[3]) if v[3] else None, v[4], v[5], v[6], v[7], v[8])
-
-    @classmethod
-    def _from_json(cls, d: dict) -> "ToDecide":
-        return cls(d["t"], d["id"], d["ts"], Candidate.from_list(d["c"]) if d["c"] else None, d["n"], d["p"],
-                   d.get("r"), d.get("m"), d.get("x"))
-
-
-# ------------------------------------------------------------------------------------ prepare
 class Preparer:
     """Stateless: validate, normalize, fingerprint with every detector that applies."""
 
@@ -401,21 +109,6 @@ class Preparer:
         return out
 
 
-def route_probes(p: Prepared, partitions: int) -> list[Probe]:
-    """Group the document's keys by owning partition: one probe per partition, never one per key."""
-    if partitions == 1:  # the embedded engine: every key is partition 0's, in the order grouped below
-        return [Probe(p.id, p.ts, 0, [(code, tuple(keys), payload) for code, keys, payload in p.sketches
-                                      if keys])] if any(keys for _, keys, _ in p.sketches) else []
-    by_part: dict[int, dict[int, list[int]]] = {}
-    payloads = {}
-    for code, keys, payload in p.sketches:
-        payloads[code] = payload
-        for key in keys:
-            by_part.setdefault(key_partition(code, key, partitions), {}).setdefault(code, []).append(key)
-    return [Probe(p.id, p.ts, part, [(code, tuple(ks), payloads[code]) for code, ks in dets.items()])
-            for part, dets in sorted(by_part.items())]
-
-
 def admit_id(seen: bytes | None, p: Prepared) -> bool:
     """Whether ``p`` is the first content of its id, given the digest ``seen`` with it before (None:
     never). True: store ``p.digest`` under the id. False: the same content again (a replay, or a
@@ -433,66 +126,12 @@ def admit_id(seen: bytes | None, p: Prepared) -> bool:
     return False
 
 
-def fan_out(p: Prepared, partitions: int) -> tuple[Prepared, list[Probe]]:
-    """Split a prepared document into its probes (to the index partitions) and what the exact stage
-    needs (the digest and how many probes went out, no sketches), both sent by prepare at once.
-
-    Why not probe after the exact check, as the design first had it (exact copies never probed):
-    a document crossed four topics from page to verdict, and at a steady input every hop adds a
-    batch, a fetch and a produce; the exact stage also decoded and re-encoded every document's
-    sketches. Now the exact check and the probes run side by side. The price: exact copies are
-    probed and inserted into the buckets too. Their own verdicts do not change (an exact match
-    beats every near match, ``DocState``). Another document's changes only where the original is
-    not there to match first: a copy has its original's text, so its keys and payloads, and a later
-    (ts, id) (the exact store names the earliest), so the copy can only be the earliest match
-    where the original has left that document's window (or, an HTML copy of a plain-text
-    original, on page structure alone); the copy, seen in the window, then counts. A campaign of
-    identical copies fills its buckets up to ``max_bucket`` (the earliest entries stay; a full
-    bucket is not rewritten, ``index.merge_entry``).
-
-    The Kafka worker sends both on the probes topic, the Prepared to ``digest_partition`` (see
-    ``index_item``)."""
-    probes = route_probes(p, partitions)
-    return Prepared(p.id, p.ts, p.digest, p.kind, [], p.rank, p.snippet, len(probes)), probes
-
-
-def index_item(item: Any) -> Prepared | Probe:
-    """One item of the index stage's topic (an ``unpack_batch`` item): a document's probe, or its
-    exact check (the ``fan_out`` Prepared, on the partition that owns its digest).
-
-    Why one topic and one stage for both, where the exact check first had a topic and an agent of
-    its own: at a steady input every topic a batch is written to costs a message per partition,
-    and every agent a batch, a fetch and a commit per turn, whatever the batch holds. With 6
-    partitions and 2 workers this halves the internal messages (0.5-0.7 instead of 1.1-1.4 per SMS
-    at a steady 1,200/s) and took 0.07-0.12 core off the workers at a steady 450 news/s
-    (bench/HISTORY.md, sixteenth stop). The exact store and the bucket index live side by side on
-    the same partition numbers (Faust gives a worker the same partitions of every topic with the
-    same count), so the index agent holds both tables.
-
-    Told apart by shape: a Probe is an array of 4 fields, a Prepared of 7 or 8; in JSON (a text
-    MessagePack cannot carry) a Prepared has a digest ``"d"``, a Probe none."""
-    return _index_wire(item) if isinstance(item, list) else _decode(item, _index_wire, _index_json)
-
-
-def _index_wire(v: list) -> Prepared | Probe:
-    return Probe._from_wire(v) if len(v) == 4 else Prepared._from_wire(v)
-
-
-def _index_json(d: dict) -> Prepared | Probe:
-    return Prepared._from_json(d) if "d" in d else Probe._from_json(d)
-
-
-# ------------------------------------------------------------------------------------ exact
-def exact_stage(store: ExactStore, p: Prepared, partitions: int) -> tuple[list[ToDecide], list[Probe]]:
-    """The exact stage's word on one document for decide, and (only for a message from a version
-    before ``fan_out``, which carries sketches) the probes to send: of first copies, as then."""
+def exact_stage(store: ExactStore, p: Prepared) -> list[ToDecide]:
+    """The exact stage's word on one document (a ``fan_out`` Prepared) for decide: it expects
+    ``p.probes`` answers, with the exact original as its candidate when it is a copy."""
     out = store.process(p.digest, p.ts, p.id)
-    probes: list[Probe] = []
-    if p.probes is not None:
-        expected = p.probes
-    else:
-        probes = route_probes(p, partitions) if out.first else []
-        expected = len(probes)
+    assert p.probes is not None, "exact_stage takes the Prepared that fan_out made"
+    expected = p.probes
     msgs: list[ToDecide] = []
     if out.first:
         msgs.append(ToDecide("expect", p.id, p.ts, None, expected=expected, rank=p.rank, snippet=p.snippet))
@@ -504,10 +143,9 @@ def exact_stage(store: ExactStore, p: Prepared, partitions: int) -> tuple[list[T
         msgs.append(ToDecide("expect", p.id, p.ts, Candidate(out.original[0], out.original[1], "exact", "exact",
                                                              1.0, 0, -1), expected=expected, rank=p.rank,
                                   snippet=p.snippet))
-    return msgs, probes
+    return msgs
 
 
-# ------------------------------------------------------------------------------------ index
 _T = TypeVar("_T")
 
 
@@ -559,18 +197,17 @@ class IndexStage:
         return msgs
 
 
-# ------------------------------------------------------------------------------------ decide
 class DocStates(MutableMapping):
     """DocState by id over a bytes mapping (a Faust table in the workers), MessagePack values.
 
-    States stored as JSON by earlier versions (in a table or its changelog) still read."""
+    A state MessagePack cannot carry (a lone surrogate) is stored as JSON."""
 
     def __init__(self, data: MutableMapping):
         self.data = data
 
     @staticmethod
     def decode(raw: bytes) -> DocState:
-        """A stored state (``encode``'s bytes, or an earlier version's JSON)."""
+        """A stored state (``encode``'s bytes)."""
         return _decode(raw, DocState.from_wire, DocState.from_json)
 
     def __getitem__(self, ident: str) -> DocState:
@@ -696,6 +333,4 @@ class DecideStage:
             self.cluster = new
 
 
-__all__ = ["Preparer", "Prepared", "Probe", "ToDecide", "route_probes", "fan_out", "exact_stage", "IndexStage",
-           "DecideStage", "DocStates", "Rejected", "key_partition", "id_partition", "digest_partition", "pack_batches",
-           "unpack_batch"]
+__all__ = ["Preparer", "exact_stage", "admit_id", "IndexStage", "DecideStage", "DocStates", "Rejected"]

@@ -64,17 +64,19 @@ class DeliveryGuard:
 
 
 def install() -> None:
-    """Make Faust's aiokafka consumer ask the app's guard (``app.stream_dedup_delivery_guard``)
+    """Make Faust's aiokafka consumer ask the app's guard (``internals.delivery_guard``)
     before each commit. ``Consumer._commit`` is the one call that commits offsets, after Faust's
     flush of the producer; an app without a guard (exactly-once) commits as before."""
     from faust.transport.drivers.aiokafka import Consumer
+
+    from . import internals
 
     commit = Consumer._commit
     if getattr(commit, "stream_dedup", False):
         return
 
     async def guarded_commit(self: Any, offsets: Mapping[Any, int]) -> bool:
-        guard: DeliveryGuard | None = getattr(self.app, "stream_dedup_delivery_guard", None)
+        guard: DeliveryGuard | None = internals.delivery_guard(self.app)
         if guard is not None and not await guard.may_commit():
             if guard.refused == 1:
                 log.warning("offsets not committed: a delivery failed (%r); every message since the last "

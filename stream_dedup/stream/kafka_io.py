@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from .config import Settings
+from ..config import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

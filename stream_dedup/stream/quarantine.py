@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core.stages import Prepared, Probe, ToDecide, index_item, pack_batches, unpack_batch
+from ..core.wire import Prepared, Probe, ToDecide, index_item, pack_batches, unpack_batch
 from .dead_letters import dead_letter_record
 
 log = logging.getLogger("stream_dedup.worker")

@@ -112,4 +112,8 @@ class BoundedStore(faust_rocksdb.Store):
 
 
 SCHEME = "rocksdb-bounded"
-stores.STORES.aliases.setdefault(SCHEME, f"{__name__}:BoundedStore")
+
+
+def register() -> None:
+    """Make ``rocksdb-bounded://`` a Faust store URL (called by ``internals.install``)."""
+    stores.STORES.aliases.setdefault(SCHEME, f"{__name__}:BoundedStore")

@@ -5,7 +5,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .config import Settings
+from ..config import Settings
 from .kafka_io import (admin, assign_up_to_ends, consumer, coordinated, end_reader, reached_end,
                        topic_partitions, watermarks)
 from .topics import load_specs

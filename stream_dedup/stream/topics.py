@@ -19,7 +19,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import Settings
+from ..config import Settings
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from collections import Counter
 from pathlib import Path
 
 from stream_dedup.config import Settings
-from stream_dedup.kafka_io import consumer, producer, send
-from stream_dedup.produce import event_key
+from stream_dedup.stream.kafka_io import consumer, producer, send
+from stream_dedup.cli.produce import event_key
 
 from ..conftest import SHARED
 
@@ -72,7 +72,10 @@ class Workers:
     def _spawn(self, name: str, env: dict[str, str]) -> subprocess.Popen:
         state = self.root / f"state-{name}"
         log = open(self.root / f"{name}.log", "ab")
-        p = subprocess.Popen([sys.executable, "-m", "stream_dedup.cli", "worker"],
+        # a worker with injected faults is the test-only FaultyWorker (tests/faulty_worker.py)
+        command = ["-m", "tests.faulty_worker"] if any(k.startswith("FAULT_") for k in env) else \
+            ["-m", "stream_dedup.cli", "worker"]
+        p = subprocess.Popen([sys.executable, *command],
                              env=settings_env(self.settings, STREAM_DEDUP_WORKER__STATE_DIR=str(state), **env),
                              stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         self.procs[name] = p
@@ -299,7 +302,7 @@ def whereabouts(settings: Settings, ids: set[str], limit: int = 20) -> str:
 
 def partition_counts(settings: Settings) -> dict[str, int]:
     """Every topic's partition count, as the broker's metadata says now."""
-    from stream_dedup.kafka_io import admin
+    from stream_dedup.stream.kafka_io import admin
 
     return {name: len(t.partitions) for name, t in admin(settings).list_topics(timeout=10).topics.items()}
 

@@ -25,7 +25,7 @@ import pytest
 
 from tests.conftest import REPO, shared_data
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.bench]
 RECORDED = REPO / "bench" / "results"
 
 
@@ -142,8 +142,9 @@ def test_a_benchmark_script_runs_and_writes_its_table(tmp_path, script, args, na
 def test_collect_gathers_the_tables_it_finds(tmp_path):
     results = run_script(tmp_path, "stages.py", "--sets", "sms", "--repeat", "1")
     run_script(tmp_path, "collect.py")
-    text = (results.parent / "RESULTS.md").read_text(encoding="utf-8")
-    assert "## What a document costs in each stage of scan" in text and "judge (fresh state)" in text, text[:1000]
+    text = (results.parent / "README.md").read_text(encoding="utf-8")
+    section = text.split("<!-- table: stages -->", 1)[1].split("<!-- /table -->", 1)[0]
+    assert "judge (fresh state)" in section and "`stages`:" in section, section[:1000]
 
 
 @pytest.mark.kafka

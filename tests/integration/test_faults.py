@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from stream_dedup.topics import apply
+from stream_dedup.stream.topics import apply
 
 from ..conftest import shared_data
 from .pipeline import REPO, Producing, Workers, key_of, labelled_stream, latest, produce_events, read_all
@@ -132,10 +132,10 @@ def test_broker_restart_mid_stream(kafka_settings, tmp_path, events):
 
 
 def test_slow_index_stage_under_sustained_load_builds_lag_then_catches_up(kafka_settings, tmp_path, events):
-    """A slow consumer: the index stage sleeps per probe (``worker.inject_delay``) for the first
+    """A slow consumer: the index stage sleeps per probe (``tests/faulty_worker.py``) for the first
     ``slow_for`` seconds while events arrive at a steady rate. Lag on the probes topic must grow,
     nothing may be lost, and once the delay ends the workers catch up (lag back to 0)."""
-    from stream_dedup.status import group_status, wait_drained
+    from stream_dedup.stream.status import group_status, wait_drained
 
     settings = kafka_settings
     settings.topics.partitions = 6
@@ -146,7 +146,7 @@ def test_slow_index_stage_under_sustained_load_builds_lag_then_catches_up(kafka_
     try:
         t_start = time.time()
         for i in range(2):
-            workers.start(f"w{i}", STREAM_DEDUP_WORKER__INJECT_DELAY=f"index:0.03:{slow_for}")
+            workers.start(f"w{i}", FAULT_DELAY=f"index:0.03:{slow_for}")
         producer = Producing(settings, events, extra_raw=BAD, rate=rate)
         producer.start()
         while time.time() - t_start < slow_for + 10 or producer.is_alive():

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from stream_dedup.kafka_io import admin, consumer, producer
-from stream_dedup.topics import apply, load_specs
+from stream_dedup.stream.kafka_io import admin, consumer, producer
+from stream_dedup.stream.topics import apply, load_specs
 
 from .pipeline import partition_counts, settings_env, wait_for_partitions
 
@@ -34,7 +34,7 @@ def _transactional(settings, tid: str):
     """A producer with ``transactional.id`` ``tid``, its transactions initialized."""
     from confluent_kafka import Producer
 
-    from stream_dedup.kafka_io import client_config
+    from stream_dedup.stream.kafka_io import client_config
 
     tp = Producer(client_config(settings, **{"transactional.id": tid}))
     tp.init_transactions(30)
@@ -406,7 +406,7 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
     """`status --wait-drained`'s test, against the workers' group as a worker leaves it: records on
     a source topic with no commit are work left; committed up to a transaction's marker is done
     (the raw lag stays 1); an open transaction's records count once it commits; aborted ones never."""
-    from stream_dedup.status import group_status, records_behind, wait_drained
+    from stream_dedup.stream.status import group_status, records_behind, wait_drained
 
     s = kafka_settings
     apply(s)
@@ -479,7 +479,7 @@ def test_wait_drained_counts_records_left_not_transaction_markers(kafka_settings
 
 def test_gap_filler_reads_a_groups_committed_offsets_without_joining_it(kafka_settings, unique_name):
     """The baseline a worker's gap tracking starts from after an assignment (``gaps.confluent_committed``)."""
-    from stream_dedup.kafka_io import client_config
+    from stream_dedup.stream.kafka_io import client_config
     from stream_dedup.stream.gaps import confluent_committed
 
     topic, group = f"{unique_name}.committed", f"{unique_name}-g"

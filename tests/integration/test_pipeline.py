@@ -12,9 +12,9 @@ from rocksdict import AccessType, Options, Rdict
 
 from stream_dedup.config import Settings
 from stream_dedup.core.engine import Engine
-from stream_dedup.kafka_io import consumer
-from stream_dedup.status import wait_drained
-from stream_dedup.topics import apply
+from stream_dedup.stream.kafka_io import consumer
+from stream_dedup.stream.status import wait_drained
+from stream_dedup.stream.topics import apply
 
 from ..conftest import run_and_read_index, shared_data
 from .pipeline import Workers, campaign_stream, key_of, labelled_stream, latest, produce_events, read_all, whereabouts
@@ -156,7 +156,7 @@ def test_convergence_with_scan(kafka_settings, tmp_path, stream_events, n_worker
 
 @pytest.mark.parametrize("stage", ["decide", "index"])
 def test_a_batch_in_hand_when_its_partitions_move_is_left_to_their_new_owner(kafka_settings, tmp_path, stage):
-    """w0's ``stage`` sleeps per item (``worker.inject_delay``), so it holds each batch for seconds,
+    """w0's ``stage`` sleeps per item (``tests/faulty_worker.py``), so it holds each batch for seconds,
     and w1 joins while it does: w0 must publish nothing of decide's for the answers partitions that
     moved to w1, and no table writes of index's for the probes partitions (``split_moved``; their
     new owner replays them; the batch is done again without them, or held whole when the
@@ -180,7 +180,7 @@ def test_a_batch_in_hand_when_its_partitions_move_is_left_to_their_new_owner(kaf
         workers.start("w1")
 
     try:
-        workers.start("w0", STREAM_DEDUP_WORKER__INJECT_DELAY=f"{stage}:0.05:60")
+        workers.start("w0", FAULT_DELAY=f"{stage}:0.05:60")
         got, dlq = run_and_collect(kafka_settings, events, timeout=600, during=join_while_busy)
         time.sleep(12)  # a counts line (every 10 s) after the last verdict
     finally:
@@ -235,7 +235,7 @@ def test_partitions_that_move_away_and_back_while_a_batch_is_in_hand_keep_the_ot
         produce_events(kafka_settings, third)
 
     try:
-        workers.start("w0", STREAM_DEDUP_WORKER__INJECT_DELAY=f"{stage}:0.05:90")
+        workers.start("w0", FAULT_DELAY=f"{stage}:0.05:90")
         ready("w0")
         got, dlq = run_and_collect(kafka_settings, first, timeout=600, during=come_and_go, total=len(events))
     finally:

@@ -112,10 +112,10 @@ def test_security_settings_reach_every_client_and_secrets_stay_out_of_output(kaf
 
 def test_http_port_binds_to_loopback_unless_configured():
     from stream_dedup.config import Settings, load_settings
-    from stream_dedup.stream.app import build_app
+    from stream_dedup.stream.worker import Worker
 
-    app = build_app(Settings())
+    app = Worker(Settings()).app
     assert app.conf.web_bind == "127.0.0.1" and app.conf.web_host == "127.0.0.1"
     assert not app.conf.web_tables_enabled and not app.conf.web_router_enabled  # no table contents over HTTP
-    opened = build_app(load_settings(environ={"STREAM_DEDUP_WORKER__WEB_HOST": "0.0.0.0"}))
+    opened = Worker(load_settings(environ={"STREAM_DEDUP_WORKER__WEB_HOST": "0.0.0.0"})).app
     assert opened.conf.web_bind == "0.0.0.0"

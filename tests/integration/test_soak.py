@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stream_dedup.status import group_status
-from stream_dedup.topics import apply
+from stream_dedup.stream.status import group_status
+from stream_dedup.stream.topics import apply
 
 from ..conftest import shared_data
 from .pipeline import REPO, Producing, Workers, labelled_stream, latest, read_all

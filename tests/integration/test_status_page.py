@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from stream_dedup.topics import apply
+from stream_dedup.stream.topics import apply
 
 from .pipeline import REPO, Workers, latest, produce_events, read_all
 from ..conftest import free_port

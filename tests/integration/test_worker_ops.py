@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import pytest
 
-from stream_dedup.topics import apply
+from stream_dedup.stream.topics import apply
 
 from ..conftest import free_port, shared_data
 from .pipeline import (REPO, Workers, key_of, labelled_stream, latest, partition_counts, produce_events, read_all,
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def test_exactly_once_mode_on_the_single_node_broker(kafka_settings, tmp_path):
-    from stream_dedup.status import wait_drained
+    from stream_dedup.stream.status import wait_drained
 
     shared_data("news/thucnews_1000.jsonl")
     events = labelled_stream(tmp_path, n_news=300, n_sms=500)
@@ -158,8 +158,8 @@ def test_a_worker_started_before_topics_apply_creates_the_topics_and_judges(kafk
     would (partitions, retention, the changelogs' 8 MiB records) and judges events; `apply`
     afterwards creates nothing and finds no drift. Before `app.ensure_topics`, the probes and
     answers topics were missing and the prepare agent failed at every restart."""
-    from stream_dedup.kafka_io import admin
-    from stream_dedup.topics import load_specs
+    from stream_dedup.stream.kafka_io import admin
+    from stream_dedup.stream.topics import load_specs
 
     kafka_settings.topics.partitions = 2
     names = sorted(s.name for s in load_specs(kafka_settings))
@@ -190,7 +190,7 @@ def test_a_pages_topic_a_producer_created_grows_with_topics_apply_and_a_running_
     (and nothing to the internal topics, where the state lives). The running worker reads the new
     partitions after its next metadata refresh (`worker.metadata_max_age_s`), and the events there
     are judged against the ones before."""
-    from stream_dedup.kafka_io import producer, send
+    from stream_dedup.stream.kafka_io import producer, send
 
     kafka_settings.topics.partitions = 3
     pages = kafka_settings.topics.pages
@@ -243,7 +243,8 @@ def test_nasty_input_through_a_worker_ends_in_verdicts_or_dead_letters(kafka_set
     try:
         workers.start("w0")
         produce_events(kafka_settings, [], extra_raw=[raw for _, raw in corpus])
-        good = [{"id": f"after-{i}", "text": f"坏输入之后的第{i}条正常新闻：市图书馆新馆将于下月正式开放，设有少儿阅览区。", "ts": 9000 + i}
+        good = [{"id": f"after-{i}", "ts": 9000 + i,
+                 "text": f"坏输入之后的第{i}条正常新闻：市图书馆新馆将于下月正式开放，设有少儿阅览区。"}
                 for i in range(5)]
         produce_events(kafka_settings, good)
 
@@ -280,8 +281,8 @@ def test_redrive_sends_a_cut_original_back_whole_from_its_source_message(kafka_s
     to the same partition. No worker: the dead letter is the one a worker writes for the event."""
     from confluent_kafka import TopicPartition
 
-    from stream_dedup.kafka_io import consumer, producer, send
-    from stream_dedup.redrive import redrive
+    from stream_dedup.stream.kafka_io import consumer, producer, send
+    from stream_dedup.cli.redrive import redrive
     from stream_dedup.stream.dead_letters import dead_letter_record
 
     kafka_settings.topics.partitions = 2
@@ -326,7 +327,7 @@ def test_a_record_the_broker_refuses_stops_the_commits_and_the_restart_replays_i
     records again, the restarted worker replays the probes and every event gets its verdict."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-    from stream_dedup.kafka_io import admin
+    from stream_dedup.stream.kafka_io import admin
 
     kafka_settings.topics.partitions = 1
     apply(kafka_settings)
@@ -370,7 +371,7 @@ def test_a_record_the_broker_refuses_stops_the_commits_and_the_restart_replays_i
 def test_a_stalled_pages_partition_is_nudged_back_without_a_restart(kafka_settings, tmp_path):
     """A partition that Faust leaves out of its fetches (faust-streaming #175, seen here in about one
     benchmark run in seven after the group's first rebalance) used to wait for the stall watchdog's
-    restart. ``worker.inject_stall`` pauses the worker's pages partitions after its first batch;
+    restart. ``tests/faulty_worker.py`` pauses the worker's pages partitions after its first batch;
     the events after that must still get their verdicts, from the same process, well before the
     restart would come, through the nudge (resume and seek)."""
     shared_data("news/thucnews_1000.jsonl")
@@ -380,7 +381,7 @@ def test_a_stalled_pages_partition_is_nudged_back_without_a_restart(kafka_settin
     workers = Workers(kafka_settings, tmp_path)
     first, rest = events[:20], events[20:]
     try:
-        proc = workers.start("w0", STREAM_DEDUP_WORKER__INJECT_STALL="true", STREAM_DEDUP_WORKER__STALL_NUDGE_S="5",
+        proc = workers.start("w0", FAULT_STALL="1", STREAM_DEDUP_WORKER__STALL_NUDGE_S="5",
                              STREAM_DEDUP_WORKER__STALL_TIMEOUT_S="300")
         produce_events(kafka_settings, first)
         read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(first),
@@ -402,12 +403,12 @@ def test_a_stalled_pages_partition_is_nudged_back_without_a_restart(kafka_settin
 
 def test_a_message_the_stream_skipped_unseen_holds_the_commit_back_and_is_read_again(kafka_settings, tmp_path):
     """A skip that the gap tracking does not see (the CI of 2263aa1 lost 4 of 20,000 verdicts to one,
-    every partition committed to its end): ``worker.inject_skip`` drops the 5th page event the stream
+    every partition committed to its end): ``tests/faulty_worker.py`` drops the 5th page event the stream
     brings, unprocessed and unacked, and tells the gap tracking it was seen. Faust's commit rule
     would commit past it while nothing is committed yet; the strict rule holds the partition's commit
     back, and the hole watch reads the partition again from it, in the same process
     (``stream/commits.py``)."""
-    from stream_dedup.status import wait_drained
+    from stream_dedup.stream.status import wait_drained
 
     shared_data("news/thucnews_1000.jsonl")
     events = labelled_stream(tmp_path, n_news=40, n_sms=160)
@@ -415,7 +416,7 @@ def test_a_message_the_stream_skipped_unseen_holds_the_commit_back_and_is_read_a
     apply(kafka_settings)
     workers = Workers(kafka_settings, tmp_path)
     try:
-        proc = workers.start("w0", STREAM_DEDUP_WORKER__INJECT_SKIP="prepare:5")
+        proc = workers.start("w0", FAULT_SKIP="prepare:5")
         produce_events(kafka_settings, events, rate=50)
         got = latest(read_all(kafka_settings, kafka_settings.topics.verdicts,
                               until=lambda ms: len(latest(ms)) >= len(events), timeout=120))
@@ -435,7 +436,7 @@ def test_a_message_the_stream_skipped_unseen_holds_the_commit_back_and_is_read_a
 def test_an_agent_that_raises_holds_its_batch_and_the_restart_replays_it(kafka_settings, tmp_path, stage):
     """An exception in an agent's batch (a bug, a failed delivery) must not lose the batch. Left to
     Faust, the agent is restarted in the same process with the batch acked and so committed without
-    its output (the CI of 10ff71b lost 2,039 verdicts so). ``worker.inject_failure`` raises in the
+    its output (the CI of 10ff71b lost 2,039 verdicts so). ``tests/faulty_worker.py`` raises in the
     stage's 15th batch, after its work and before its output is sent (in decide: after the verdicts
     are delivered, before the states are stored). The worker must exit with code 70, and after the
     supervisor's restart, which runs without the fault, every event has its verdict, the same as
@@ -447,7 +448,7 @@ def test_an_agent_that_raises_holds_its_batch_and_the_restart_replays_it(kafka_s
     workers = Workers(kafka_settings, tmp_path)
     first, rest = events[:20], events[20:]
     try:
-        workers.start("w0", STREAM_DEDUP_WORKER__INJECT_FAILURE=f"{stage}:15")
+        workers.start("w0", FAULT_FAILURE=f"{stage}:15")
         workers.env["w0"] = {}  # its restart runs without the fault
         produce_events(kafka_settings, first)  # the worker is up: the rest comes in many small batches
         read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(first),
@@ -471,12 +472,13 @@ def test_an_agent_that_raises_holds_its_batch_and_the_restart_replays_it(kafka_s
 
 @pytest.mark.parametrize("stage", ["prepare", "index", "decide"])
 def test_a_document_that_fails_every_time_is_quarantined_and_the_rest_goes_on(kafka_settings, tmp_path, stage):
-    """A bug that one document trips fails its batch after every restart (``worker.inject_poison``
+    """A bug that one document trips fails its batch after every restart (``tests/faulty_worker.py``
     raises whenever the stage works on that document, in every process). Without quarantine that is
     a crash loop and the partition's later events never get a verdict. With it, the failing message
     is replayed item by item after the first restart, and on its third attempt the poison document's
     item goes to the dead-letter topic (reason ``quarantined``), and each later item about it at its
-    first failure, while every other document gets the verdict ``scan`` gives: ``scan`` without the poison document when it never reached the index
+    first failure, while every other document gets the verdict ``scan`` gives: ``scan`` without the poison document
+    when it never reached the index
     (prepare, index), with it when only its decision failed (decide: the index still names it).
     Then the bug is fixed (the worker starts again without it) and ``stream-dedup redrive`` sends
     the quarantined items back: every document, the poison one too, gets the verdict ``scan`` gives
@@ -489,7 +491,7 @@ def test_a_document_that_fails_every_time_is_quarantined_and_the_rest_goes_on(ka
     poison = rest[30]["id"]
     workers = Workers(kafka_settings, tmp_path)
     try:
-        workers.start("w0", STREAM_DEDUP_WORKER__INJECT_POISON=f"{stage}:{poison}")  # also after each restart
+        workers.start("w0", FAULT_POISON=f"{stage}:{poison}")  # also after each restart
         produce_events(kafka_settings, first)
         read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(first),
                  timeout=300)

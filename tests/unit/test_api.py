@@ -66,7 +66,7 @@ def test_scan_with_several_preparing_processes_gives_the_same_verdicts_and_rejec
     assert verdicts["cn"]["verdict"] == "duplicate" and verdicts["cn"]["duplicate_of"] == "tw"
     e = pickle.loads(pickle.dumps(Rejected("not_json", "line 3")))  # how rejections come back from a worker
     assert (e.reason, e.detail) == ("not_json", "line 3")
-    from stream_dedup.core.stages import Prepared
+    from stream_dedup.core.wire import Prepared
 
     # and prepared documents, as the arguments of __init__ (Prepared.__reduce__): every field back
     for p in (Prepared("id-1", 7, b"\x01" * 16, "text", [(2, (11, 12), b"payload")], 0.5, "snip", 1),

@@ -79,7 +79,7 @@ def test_produce_keys_every_nasty_line_by_its_id_or_not_at_all():
     """``stream-dedup produce`` keys a line by its id (the workers' id_conflict check is per
     pages partition); a line it cannot read goes unkeyed to the worker, which dead-letters it. JSON
     nested 100,000 deep made ``json.loads`` raise RecursionError, which stopped the command."""
-    from stream_dedup.produce import event_key
+    from stream_dedup.cli.produce import event_key
 
     keys = {name: event_key(raw) for name, raw in nasty_events()}
     assert keys["deep-json"] is None and keys["not-json"] is None and keys["bad-utf8"] is None

@@ -19,9 +19,9 @@ from stream_dedup.config import load_settings
 from stream_dedup.core.engine import Engine
 from stream_dedup.core.exact import ExactStore
 from stream_dedup.core.index import BucketIndex
-from stream_dedup.core.stages import (BATCH_MAX_BYTES, DecideStage, IndexStage, DocStates, Preparer, Prepared,
-                                      Probe, ToDecide, byte_slices, digest_partition, exact_stage, fan_out,
-                                      id_partition, index_item, pack_batches, unpack_batch)
+from stream_dedup.core.wire import BATCH_MAX_BYTES, Prepared, Probe, ToDecide, byte_slices, index_item, pack_batches, unpack_batch
+from stream_dedup.core.stages import DecideStage, IndexStage, DocStates, Preparer, exact_stage
+from stream_dedup.core.routing import digest_partition, fan_out, id_partition
 from stream_dedup.core.store import WriteBack
 
 from ..conftest import shared_data
@@ -61,9 +61,9 @@ def test_byte_slices_cover_every_item_once_in_order_within_the_budget(seed):
     assert byte_slices([], 10) == [] and byte_slices([5, 5, 5], 10) == [range(0, 2), range(2, 3)]
 
 
-def test_batches_carry_json_items_and_read_batches_of_earlier_versions():
+def test_batches_carry_json_items():
     """A message MessagePack cannot carry (a lone surrogate in its id) travels as JSON inside a
-    MessagePack batch, and a batch of an earlier version (newline-separated JSON) still reads."""
+    MessagePack batch."""
     odd = ToDecide("expect", "doc-\ud800", 5, None, expected=1)
     plain = ToDecide("answer", "doc-2", 6, None, part=3)
     assert odd.to_bytes()[:1] == b"{" and plain.to_bytes()[:1] != b"{"
@@ -71,8 +71,6 @@ def test_batches_carry_json_items_and_read_batches_of_earlier_versions():
         wide = ToDecide("expect", "doc-\ud800", 5, None, expected=1, snippet="长" * size)
         (msg,) = pack_batches([plain.to_bytes(), wide.to_bytes(), odd.to_bytes()], max_bytes=1 << 20)
         assert [ToDecide.from_item(x) for x in unpack_batch(msg)] == [plain, wide, odd]
-    old = b"\n".join([odd._json(), plain._json()])
-    assert [ToDecide.from_item(x) for x in unpack_batch(old)] == [odd, plain]
 
 
 class Partitioned(dict):
@@ -234,8 +232,7 @@ def run_batched(events: list[dict], settings, partitions: int, rng: random.Rando
                         it = index_item(item)
                         if isinstance(it, Prepared):
                             assert digest_partition(it.digest, partitions) == part
-                            msgs, probes = exact_stage(exact[part], it, partitions)
-                            assert not probes  # only a Prepared from before fan_out routes probes
+                            msgs = exact_stage(exact[part], it)
                             counts["exact.items"] += 1
                             to_decide(out, msgs)
                         else:
@@ -326,7 +323,7 @@ def test_a_campaign_out_of_order_takes_less_index_work_in_ts_order_for_the_same_
 
 def test_the_probes_topic_tells_a_probe_from_an_exact_check_in_every_form():
     """The index agent reads probes and the ``fan_out`` Prepared from one topic (``index_item``):
-    in MessagePack, in the JSON form a lone surrogate forces, and in a batch of an earlier version."""
+    in MessagePack, and in the JSON form a lone surrogate forces."""
     prep = Preparer(load_settings(environ={}))
     ps = [prep.prepare(json.dumps({"id": i, "text": t, "ts": 5}, ensure_ascii=False))
           for i, t in (("a", "周末读书分享会在市图书馆三楼举行，欢迎参加"), ("b", "孤立代理项的短信文本也要能判断清楚"))]
@@ -335,13 +332,12 @@ def test_the_probes_topic_tells_a_probe_from_an_exact_check_in_every_form():
         fingerprint, probes = fan_out(p, 6)
         assert probes
         items += [fingerprint] + probes
-    fingerprint.snippet += "\ud800"  # normalizing drops it from the text; a snippet of an older version kept it
+    fingerprint.snippet += "\ud800"  # normalizing drops it from a text; here it forces the JSON form
     raw = [x.to_bytes() for x in items]
     assert sum(b[:1] == b"{" for b in raw) == 1  # the Prepared whose snippet holds the surrogate went as JSON
-    for batch in (pack_batches(raw)[0], b"\n".join(x._json() for x in items)):  # current and older forms
-        got = [index_item(x) for x in unpack_batch(batch)]
-        assert got == items
-        assert [type(x) for x in got] == [type(x) for x in items]
+    got = [index_item(x) for x in unpack_batch(pack_batches(raw)[0])]
+    assert got == items
+    assert [type(x) for x in got] == [type(x) for x in items]
 
 
 def test_a_prepared_batch_equals_each_event_prepared_alone():

@@ -47,7 +47,8 @@ def test_scan_as_a_program_delivers_every_verdict_through_a_pipe_before_its_fast
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # buffered, as most run it
     src = tmp_path / "in.jsonl"
-    texts = ["【京东】您的订单{}已发货，请保持电话畅通。", "今晚八点{}号会议室开会，请准时参加。", "尊敬的客户，您的验证码是{}，五分钟内有效。"]
+    texts = ["【京东】您的订单{}已发货，请保持电话畅通。", "今晚八点{}号会议室开会，请准时参加。",
+             "尊敬的客户，您的验证码是{}，五分钟内有效。"]
     src.write_text("".join(json.dumps({"id": f"m{i}", "ts": 1_700_000_000_000 + i, "text": texts[i % 3].format(i)},
                                       ensure_ascii=False) + "\n" for i in range(3000)), encoding="utf-8")
     r = subprocess.run([sys.executable, "-m", "stream_dedup.cli", "scan", str(src), "--no-progress"],

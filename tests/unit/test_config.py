@@ -38,7 +38,7 @@ def test_kafka_bootstrap_env_is_the_default():
     ({"STREAM_DEDUP_NOPE": "1"}, "nope: "),
     ({"STREAM_DEDUP_ENGINE__DETECTORS": "[1]"}, "engine.detectors.0"),
     ({"STREAM_DEDUP_TEXT__IDF": "5"}, "text.idf"),
-    ({"STREAM_DEDUP_WORKER__INJECT_DELAY": "index:x"}, "worker.inject_delay"),
+    ({"STREAM_DEDUP_WORKER__PROCESSING_GUARANTEE": "exactly-once"}, "worker.processing_guarantee"),
 ])
 def test_errors_name_the_setting_and_its_source(env, needle):
     with pytest.raises(ConfigError) as e:
@@ -68,14 +68,14 @@ def test_bad_toml_file(tmp_path):
         load_settings(tmp_path / "missing.toml", environ={})
 
 
-def test_readme_configuration_reference_is_generated_from_the_model():
+def test_configuration_reference_is_generated_from_the_model():
     from pathlib import Path
 
     from stream_dedup.config import Settings, fields, reference_markdown
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
     block = readme.split("<!-- config-reference:start -->\n")[1].split("\n<!-- config-reference:end -->")[0]
-    assert block == reference_markdown(), "README is stale: paste `stream-dedup config --reference`"
+    assert block == reference_markdown(), "docs/configuration.md is stale: paste `stream-dedup config --reference`"
     for section, model, _, _ in fields(Settings):
         for name, _, _, description in fields(model):
             assert description, f"{section}.{name} has no description"

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 from aiokafka.errors import MessageSizeTooLargeError
 
-from stream_dedup.redrive import NotRedrivable, target
+from stream_dedup.cli.redrive import NotRedrivable, target
 from stream_dedup.stream.dead_letters import MAX_RECORD_BYTES, dead_letter_record
 from stream_dedup.stream.delivery import DeliveryGuard
 
@@ -141,7 +141,7 @@ def test_the_largest_state_record_a_worker_can_write_fits_its_changelog_topic():
     from stream_dedup.core.index import INLINE_MAX, BucketIndex, pack_entries
     from stream_dedup.core.stages import DocStates
     from stream_dedup.core.verdict import MAX_MEMBERS, DocState
-    from stream_dedup.topics import load_specs
+    from stream_dedup.stream.topics import load_specs
 
     settings = Settings()
     limits = {s.name: int(s.config.get("max.message.bytes", 1_048_588)) for s in load_specs(settings)}

@@ -15,7 +15,7 @@ import yaml
 
 from stream_dedup.cli import main as cli
 from stream_dedup.config import Settings, load_settings
-from stream_dedup.stream.app import build_app
+from stream_dedup.stream.worker import Worker
 from stream_dedup.stream.metrics import Metrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,7 +24,7 @@ K8S = REPO / "deploy" / "k8s"
 
 @pytest.fixture(scope="module")
 def routes() -> set[str]:
-    return set(build_app(Settings()).web.views)
+    return set(Worker(Settings()).app.web.views)
 
 
 def metric_names() -> set[str]:

@@ -9,7 +9,7 @@ import pytest
 from stream_dedup.config import Settings
 from stream_dedup.core.detectors.ngram import SHORT_TEXT, SMALL_BATCH, winnow, winnow_list, winnow_many
 from stream_dedup.core.hashing import shingle_hashes, shingle_hashes_list, shingle_hashes_many
-from stream_dedup.core.minhash import MinHasher, jaccard_estimate
+from stream_dedup.core.minhash_signature import MinHasher, jaccard_estimate
 from stream_dedup.core.stages import Preparer
 
 REPO = Path(__file__).resolve().parents[2]

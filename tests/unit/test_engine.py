@@ -8,7 +8,7 @@ import pytest
 from stream_dedup.config import load_settings
 from stream_dedup.core.document import Rejected
 from stream_dedup.core.engine import Engine
-from stream_dedup.evaluate import evaluate
+from stream_dedup.cli.evaluate import evaluate
 from stream_dedup.scan import run_scan
 
 from ..conftest import run_and_read_index
@@ -105,7 +105,8 @@ def test_late_earlier_document_revises_the_later_one():
 
 
 def test_exact_beats_an_earlier_near_match():
-    base = "国内一家新能源车企发布了新款纯电动轿车，官方公布的续航里程达到七百公里。该车搭载自主研发的电池管理系统，充电十五分钟可补充四百公里续航。"
+    base = ("国内一家新能源车企发布了新款纯电动轿车，官方公布的续航里程达到七百公里。"
+            "该车搭载自主研发的电池管理系统，充电十五分钟可补充四百公里续航。")
     with Engine(load_settings(environ={})) as e:
         e.process({"id": "near", "text": base.replace("七百", "六百"), "ts": 1})
         e.process({"id": "orig", "text": base, "ts": 2})
@@ -220,7 +221,8 @@ def test_the_last_cluster_record_is_right_whatever_order_the_original_and_its_me
     as scan does: CI once saw the record name the member because the original's rank came later."""
     import itertools
 
-    from stream_dedup.core.stages import DecideStage, ToDecide
+    from stream_dedup.core.stages import DecideStage
+    from stream_dedup.core.wire import ToDecide
     from stream_dedup.core.verdict import Cluster
 
     own = [ToDecide("expect", "orig", 1000, None, expected=1, rank=5, snippet="全省外贸"),
@@ -247,7 +249,8 @@ def test_decide_state_behind_a_write_back_re_emits_after_a_crash_before_the_flus
     """The worker stores decide state only after the verdict is delivered (a WriteBack flushed after
     delivery): a crash in between replays into the old state and the verdict goes out again (never
     "already emitted, so never sent")."""
-    from stream_dedup.core.stages import DecideStage, DocStates, ToDecide
+    from stream_dedup.core.stages import DecideStage, DocStates
+    from stream_dedup.core.wire import ToDecide
     from stream_dedup.core.store import WriteBack
 
     table: dict = {}  # bytes in a table, as in the workers: every read is a fresh copy

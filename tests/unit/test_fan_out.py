@@ -3,13 +3,13 @@
 What must hold: the exact stage counts the probes that prepare sent, an exact copy's verdict needs
 no probe answer, messages of the version before (sketches to the exact stage) are still judged, and
 the one change of meaning (a copy is now in the buckets) is the documented one."""
-import msgspec
 
 from stream_dedup.config import load_settings
 from stream_dedup.core.engine import Engine
 from stream_dedup.core.exact import ExactStore
-from stream_dedup.core.stages import (DecideStage, Prepared, Preparer, ToDecide, exact_stage, fan_out,
-                                      route_probes)
+from stream_dedup.core.stages import DecideStage, Preparer, exact_stage
+from stream_dedup.core.wire import Prepared, ToDecide
+from stream_dedup.core.routing import fan_out, route_probes
 from stream_dedup.core.verdict import Candidate
 
 SMS = "【顺丰速运】您的快件已到达小区驿站，请凭取件码8461于今日18点前领取，逾期将退回寄件人，详询95338。"
@@ -36,33 +36,14 @@ def test_prepare_sends_the_probes_and_the_exact_stage_only_counts_them():
     # a fingerprint without sketches is a fraction of the document's bytes on the fingerprints topic
     assert len(fingerprint.to_bytes()) < 0.6 * len(orig.to_bytes())
 
-    msgs, routed = exact_stage(store, fingerprint, PARTITIONS)
-    assert routed == []  # prepare sent them
+    msgs = exact_stage(store, fingerprint)
     assert [(m.kind, m.cand, m.expected) for m in msgs] == [("expect", None, len(probes))]
 
     copy_fp, copy_probes = fan_out(prepared(prep, "b", SMS, 2), PARTITIONS)
     assert len(copy_probes) == len(probes)  # a copy is probed too
-    msgs, routed = exact_stage(store, copy_fp, PARTITIONS)
-    assert routed == [] and msgs[0].expected == len(probes)
+    msgs = exact_stage(store, copy_fp)
+    assert msgs[0].expected == len(probes)
     assert (msgs[0].cand.match, msgs[0].cand.id) == ("exact", "a")
-
-
-def test_a_message_of_the_version_before_is_judged_as_then():
-    """A Prepared with sketches and no probe count (MessagePack array of 7, or JSON without "n"), as
-    a worker before fan_out wrote it: the exact stage routes the probes of a first copy, none of a copy."""
-    prep = Preparer(load_settings(environ={}))
-    store = ExactStore({}, 10_000)
-    first, copy = prepared(prep, "a", NEWS, 1), prepared(prep, "b", NEWS, 2)
-    old_wire = msgspec.msgpack.encode(first._wire()[:7])
-    old_json = msgspec.json.encode({k: v for k, v in msgspec.json.decode(copy._json()).items() if k != "n"})
-    from_old = Prepared.from_bytes(old_wire)
-    assert from_old.probes is None and from_old.sketches == first.sketches
-    msgs, routed = exact_stage(store, from_old, PARTITIONS)
-    assert routed == route_probes(first, PARTITIONS) and msgs[0].expected == len(routed) > 0
-    copy_old = Prepared.from_bytes(old_json)
-    assert copy_old.probes is None
-    msgs, routed = exact_stage(store, copy_old, PARTITIONS)
-    assert routed == [] and msgs[0].expected == 0 and msgs[0].cand.id == "a"
 
 
 def test_an_exact_copy_is_decided_without_waiting_for_its_probe_answers():

@@ -1,13 +1,13 @@
 """The worker's consumer long-polls the broker for ``worker.fetch_max_wait_ms``, not Faust's fixed 1,500 ms
-(see ``stream.app._fetch_wait_from_settings`` for why). No broker: the consumer is built, never started."""
+(see ``stream.internals`` for why). No broker: the consumer is built, never started."""
 import asyncio
 
 from stream_dedup.config import load_settings
-from stream_dedup.stream.app import build_app
+from stream_dedup.stream.worker import Worker
 
 
 def worker_app(tmp_path, **env: str):
-    return build_app(load_settings(None, environ={"STREAM_DEDUP_WORKER__STATE_DIR": str(tmp_path / "state"), **env}))
+    return Worker(load_settings(None, environ={"STREAM_DEDUP_WORKER__STATE_DIR": str(tmp_path / "state"), **env})).app
 
 
 def consumer_fetch(tmp_path, **env: str) -> tuple[int, int]:

@@ -1,8 +1,8 @@
-"""The garbage-collector policy of the long loops (stream_dedup.collector)."""
+"""The garbage-collector policy of the long loops (stream_dedup.gc_tuning)."""
 import gc
 import weakref
 
-from stream_dedup.collector import fewer_collections, settle
+from stream_dedup.gc_tuning import fewer_collections, settle
 
 
 class Node:

@@ -2,7 +2,7 @@
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from stream_dedup.kafka_io import coordinated, coordinator_busy
+from stream_dedup.stream.kafka_io import coordinated, coordinator_busy
 
 
 def flaky(errors: list[int], result: str = "offsets"):
@@ -49,7 +49,7 @@ def test_a_coordinator_busy_for_longer_than_the_wait_is_reported_with_its_last_a
 def test_an_offset_lookup_waits_out_a_partition_leader_not_known_yet_but_not_a_busy_coordinator():
     """``watermarks`` passes ``LEADER_NOT_READY``: just after a topic is created its partitions
     answer NOT_LEADER_FOR_PARTITION for a moment (seen by ``status`` in ``make demo``)."""
-    from stream_dedup.kafka_io import LEADER_NOT_READY
+    from stream_dedup.stream.kafka_io import LEADER_NOT_READY
 
     call, calls = flaky([KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                          KafkaError.UNKNOWN_TOPIC_OR_PART])

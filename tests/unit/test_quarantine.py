@@ -15,7 +15,9 @@ from aiokafka.errors import KafkaTimeoutError, NotCoordinatorForGroupError
 from confluent_kafka import KafkaError, KafkaException
 
 from stream_dedup.config import Settings
-from stream_dedup.core.stages import Preparer, ToDecide, fan_out, index_item, pack_batches, unpack_batch
+from stream_dedup.core.stages import Preparer
+from stream_dedup.core.wire import ToDecide, index_item, pack_batches, unpack_batch
+from stream_dedup.core.routing import fan_out
 from stream_dedup.stream.quarantine import (REASON, FailureJournal, counts_as_poison, dead_letter, item_ids,
                                             split_items)
 

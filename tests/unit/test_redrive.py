@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from stream_dedup.redrive import NotRedrivable, Target, record_ids, target
+from stream_dedup.cli.redrive import NotRedrivable, Target, record_ids, target
 from stream_dedup.stream.quarantine import dead_letter
 
 SIZES = {"pages": 4, "sd-index": 2}.get

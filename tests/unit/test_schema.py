@@ -15,7 +15,8 @@ PAGE = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "page_event.schema.
 VERDICT = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "verdict.schema.json").read_text()))
 CLUSTER = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "cluster.schema.json").read_text()))
 
-values = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
+values = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.integers(),
+                   st.floats(allow_nan=False, allow_infinity=False),
                    st.text(max_size=20), st.lists(st.integers(), max_size=2))
 events = st.dictionaries(st.sampled_from(["id", "text", "html", "title", "url", "ts", "source", "rank", "extra"]),
                          values, max_size=7)

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from stream_dedup.config import load_settings
 from stream_dedup.core.hashing import hash64_list
-from stream_dedup.core.simhash import BandScheme, hamming, simhash, simhash_many, split_blocks
+from stream_dedup.core.simhash_fingerprint import BandScheme, hamming, simhash, simhash_many, split_blocks
 from stream_dedup.core.stages import Preparer
 
 ARTICLE = ("国家统计局今天发布数据显示，今年前三季度国内生产总值同比增长百分之五点二，增速比上半年加快零点一个百分点。"
@@ -96,7 +96,7 @@ doc_lists = st.lists(st.lists(st.tuples(st.text(min_size=1, max_size=4), st.floa
 def test_a_batch_gives_each_document_the_fingerprint_it_gets_alone(docs, per_pass):
     """The workers fingerprint per stream batch, ``scan`` per document: the two must agree bit for bit,
     whatever the batch and however it is split into numpy passes."""
-    import stream_dedup.core.simhash as sh
+    import stream_dedup.core.simhash_fingerprint as sh
     words = [[w for w, _ in d] for d in docs]
     weights = [np.array([x for _, x in d], dtype=np.float64) for d in docs]
     alone = [simhash(w, x) for w, x in zip(words, weights)]

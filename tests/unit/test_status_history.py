@@ -1,5 +1,5 @@
 """The status page's numbers from worker reports and cluster records (pure functions)."""
-from stream_dedup.status import largest_clusters, throughput_history
+from stream_dedup.stream.status import largest_clusters, throughput_history
 
 
 def report(worker, at, n_in, verdicts, dups):

@@ -3,7 +3,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stream_dedup.config import Settings
-from stream_dedup.topics import MAX_PARTITIONS_PER_CREATE, TopicSpec, create_batches, load_specs
+from stream_dedup.stream.topics import MAX_PARTITIONS_PER_CREATE, TopicSpec, create_batches, load_specs
 
 
 @given(st.lists(st.integers(min_value=1, max_value=120), max_size=40), st.integers(min_value=1, max_value=100))

@@ -3,7 +3,7 @@ from faust.events import Event
 from faust.streams import current_event
 from faust.types.tuples import Message
 
-from stream_dedup.stream.app import _Under
+from stream_dedup.stream.context import Under as _Under
 
 
 def _event(topic: str, partition: int, offset: int) -> Event:

@@ -139,7 +139,7 @@ def test_a_held_batch_is_not_acked_when_faust_acks_its_buffer():
 
     from faust.types.tuples import ConsumerMessage
 
-    from stream_dedup.stream.app import hold
+    from stream_dedup.stream.context import hold
 
     def message(offset: int) -> ConsumerMessage:
         return ConsumerMessage(topic="probes", partition=3, offset=offset, timestamp=0.0, timestamp_type=0,

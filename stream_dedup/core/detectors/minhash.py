@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..minhash import MinHasher, band_keys, jaccard_estimate
+from ..minhash_signature import MinHasher, band_keys, jaccard_estimate
 from .base import Detector, Match, Sketch
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..hashing import hash64_list
-from ..simhash import BandScheme, hamming, simhash, simhash_many
+from ..simhash_fingerprint import BandScheme, hamming, simhash, simhash_many
 from .base import Detector, Match, Sketch, doc_words
 
 if TYPE_CHECKING:

@@ -1,0 +1,3 @@
+from . import program
+
+program()

@@ -1,0 +1,172 @@
+"""Every private part of Faust, aiokafka and rocksdict that the worker touches, in one place.
+
+The worker relies on internals where the libraries offer no public way: the consumer's offsets for
+gap filling, commits and the stall watch; aiokafka's producer batches for bulk sends; Faust's
+per-partition RocksDB handles. ``PRIVATE`` lists each name with the module that uses it, and
+``CHECKED`` the exact versions the list was checked against (pyproject.toml pins them);
+``tests/unit/test_internals.py`` fails when an installed version lacks one of them.
+
+Patches are installed by ``install()``, which ``Worker`` calls when it starts: importing the package
+changes nothing in those libraries.
+"""
+from __future__ import annotations
+
+import logging
+import weakref
+from importlib import metadata
+from typing import Any, MutableMapping, Protocol, cast
+
+from faust.streams import _current_event as current_event_var  # noqa: F401 - the agents' current event
+from faust.types import TP
+
+log = logging.getLogger("stream_dedup.worker")
+
+CHECKED = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0", "rocksdict": "0.3.29"}
+
+# (object, private attribute, where this project uses it)
+PRIVATE: list[tuple[str, str, str]] = [
+    ("faust.streams", "_current_event", "context.Under: the event a table write belongs to"),
+    ("faust.transport.consumer.Consumer", "_read_offset", "stall watch, gap tails"),
+    ("faust.transport.consumer.Consumer", "_committed_offset", "gap filling, commits, stall watch"),
+    ("faust.transport.consumer.Consumer", "_acked", "commits.strict_new_offset, commit holes"),
+    ("faust.transport.consumer.Consumer", "_acked_index", "commits.strict_new_offset"),
+    ("faust.transport.consumer.Consumer", "_gap", "commits.mark_processed, commit holes"),
+    ("faust.transport.consumer.Consumer", "_paused_partitions", "stall watch nudge (logged)"),
+    ("faust.transport.consumer.Consumer", "_buffered_partitions", "stall watch nudge (logged)"),
+    ("faust.transport.consumer.Consumer", "_get_active_partitions", "stall watch nudge (logged)"),
+    ("faust.transport.consumer.Consumer", "_new_offset", "patched: commits.strict_new_offset"),
+    ("faust.transport.consumer.Consumer", "_commit_offsets", "commits.in_flight (read)"),
+    ("faust.transport.consumer.Consumer", "wait_first", "patched: drain.fast_wait_first"),
+    ("faust.transport.drivers.aiokafka.Consumer", "_commit", "patched: delivery guard before a commit"),
+    ("faust.transport.drivers.aiokafka.AIOKafkaConsumerThread", "_create_worker_consumer",
+     "patched: fetch_max_wait_ms / fetch_min_bytes from the settings"),
+    ("aiokafka.AIOKafkaConsumer", "_fetch_max_wait_ms", "set by the fetch patch"),
+    ("aiokafka.AIOKafkaConsumer", "_fetch_min_bytes", "set by the fetch patch"),
+    ("faust.transport.drivers.aiokafka.Producer", "_ensure_producer", "output: aiokafka's producer"),
+    ("aiokafka.AIOKafkaProducer", "_message_accumulator", "changelog.BulkSender"),
+    ("aiokafka.AIOKafkaProducer", "_partitioner", "changelog.BulkSender"),
+    ("aiokafka.AIOKafkaProducer", "_request_timeout_ms", "changelog.BulkSender"),
+    ("aiokafka.client.AIOKafkaClient", "_wait_on_metadata", "changelog.BulkSender"),
+    ("aiokafka.producer.message_accumulator.MessageAccumulator", "_batches", "changelog.BulkSender"),
+    ("aiokafka.producer.message_accumulator.MessageAccumulator", "_append_batch", "changelog.BulkSender"),
+    ("aiokafka.producer.message_accumulator.MessageAccumulator", "_closed", "changelog.BulkSender"),
+    ("aiokafka.producer.message_accumulator.MessageAccumulator", "_exception", "changelog.BulkSender"),
+    ("aiokafka.producer.message_accumulator.MessageBatch", "_builder", "changelog.BulkSender"),
+    ("faust.stores.rocksdb.Store", "_db_for_partition", "changelog.TableMapping"),
+    ("faust.stores.rocksdb.Store", "_dbs", "worker: flush of every table database"),
+    ("faust._cython.streams", "sleep", "patched: drain.RareSleep"),
+]
+
+
+class ConsumerInternals(Protocol):
+    """What the worker reads of Faust's consumer beyond its declared type."""
+
+    _read_offset: MutableMapping[TP, int | None]
+    _committed_offset: MutableMapping[TP, int | None]
+    _acked: MutableMapping[TP, list[int]]
+    _gap: MutableMapping[TP, Any]  # intervaltree.IntervalTree
+    _paused_partitions: set[TP]
+    _buffered_partitions: set[TP]
+    flow_active: bool
+
+    def _get_active_partitions(self) -> set[TP]: ...
+    def assignment(self) -> set[TP]: ...
+    async def highwaters(self, *partitions: TP) -> MutableMapping[TP, int]: ...
+    def highwater(self, tp: TP) -> int: ...
+    async def seek(self, partition: TP, offset: int) -> None: ...
+    def on_buffer_drop(self, tp: TP) -> None: ...
+    def resume_partitions(self, partitions: set[TP]) -> None: ...
+    def pause_partitions(self, partitions: set[TP]) -> None: ...
+
+
+def consumer(app: Any) -> ConsumerInternals:
+    """The app's consumer, typed with the private parts the worker reads."""
+    return cast(ConsumerInternals, app.consumer)
+
+
+def highwater(c: ConsumerInternals, tp: TP) -> int | None:
+    """The partition's end offset as of the consumer's last fetch (no request), None if unknown."""
+    try:
+        return c.highwater(tp)
+    except Exception:  # noqa: BLE001 - aiokafka asserts the partition is assigned; a rebalance may race
+        return None
+
+
+def committed_offset(app: Any, tp: TP) -> int | None:
+    """Where the consumer began the partition (its committed offset at assignment; Faust stores a
+    committed 0 as None), None while unknown."""
+    return getattr(app.consumer, "_committed_offset", {}).get(tp)
+
+
+def aiokafka_producer(app: Any) -> Any:
+    """aiokafka's running producer under Faust's (started if it is not yet)."""
+    return app.producer._ensure_producer()
+
+
+def table_databases(table: Any) -> list[Any]:
+    """The open RocksDB databases (one per partition) of a Faust table on the rocksdict store."""
+    return list(getattr(table.data, "_dbs", {}).values())
+
+
+# the settings the fetch patch reads, per app (weak: a test may build many apps)
+_fetch_settings: "weakref.WeakKeyDictionary[Any, tuple[int, int]]" = weakref.WeakKeyDictionary()
+_delivery_guards: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def attach(app: Any, *, fetch_max_wait_ms: int, fetch_min_bytes: int, delivery_guard: Any) -> None:
+    """Tell the patches what this app wants: its fetch settings and its delivery guard (or None)."""
+    _fetch_settings[app] = (fetch_max_wait_ms, fetch_min_bytes)
+    if delivery_guard is not None:
+        _delivery_guards[app] = delivery_guard
+
+
+def delivery_guard(app: Any) -> Any:
+    """The app's delivery guard, None when it has none (exactly-once)."""
+    return _delivery_guards.get(app)
+
+
+def _install_fetch_settings() -> None:
+    """Let the worker choose aiokafka's ``fetch_max_wait_ms`` and ``fetch_min_bytes``, which Faust
+    fixes: a long poll on idle partitions delays a partition just written to by up to 1.5 s a hop."""
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    create = AIOKafkaConsumerThread._create_worker_consumer
+    if getattr(create, "stream_dedup", False):
+        return
+
+    def create_worker_consumer(self: Any, transport: Any) -> Any:
+        consumer = create(self, transport)
+        wanted = _fetch_settings.get(self.app)
+        if wanted is not None:
+            consumer._fetch_max_wait_ms, consumer._fetch_min_bytes = int(wanted[0]), int(wanted[1])
+        return consumer
+
+    create_worker_consumer.stream_dedup = True  # type: ignore[attr-defined]
+    AIOKafkaConsumerThread._create_worker_consumer = create_worker_consumer  # type: ignore[method-assign]
+
+
+def check_versions() -> list[str]:
+    """The libraries whose installed version is not the one ``PRIVATE`` was checked against."""
+    out = []
+    for name, version in CHECKED.items():
+        try:
+            have = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            have = "absent"
+        if have != version:
+            out.append(f"{name} {have} (checked against {version})")
+    return out
+
+
+def install() -> None:
+    """Install every patch (idempotent): the fetch settings, the delivery guard on commits, the fast
+    hand-over of fetched messages, strict commits, and the bounded RocksDB store."""
+    from . import commits, delivery, drain, rocks
+
+    for problem in check_versions():
+        log.warning("stream-dedup's worker was checked against other library versions: %s", problem)
+    _install_fetch_settings()
+    delivery.install()
+    drain.install()
+    commits.install()
+    rocks.register()

@@ -1,0 +1,106 @@
+"""Where a worker's records go: the internal topics (packed per partition) and the output topics."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+
+from ..config import Settings
+from ..core.routing import id_partition
+from ..core.wire import Probe, ToDecide, pack_batches
+from . import delivery, internals
+from .changelog import BulkSender, Record
+from .context import WorkerContext
+
+Queued = dict[tuple[Any, int], list[bytes]]  # (topic, partition) -> encoded items
+
+
+@dataclass
+class Topics:
+    """The worker's topics, as Faust topic objects with raw bytes keys and values."""
+
+    pages: faust.TopicT
+    dlq: faust.TopicT
+    verdicts: faust.TopicT
+    unique: faust.TopicT
+    duplicate: faust.TopicT
+    clusters: faust.TopicT
+    probes: faust.TopicT
+    answers: faust.TopicT
+    status: faust.TopicT
+
+    @classmethod
+    def of(cls, app: faust.App, settings: Settings) -> Topics:
+        t, n = settings.topics, settings.topics.partitions
+
+        def topic(name: str, partitions: int | None = n, compacted: bool = False) -> faust.TopicT:
+            return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+                             partitions=partitions, compacting=compacted or None)
+
+        return cls(pages=topic(t.pages), dlq=topic(t.dlq, partitions=1),
+                   verdicts=topic(t.verdicts, compacted=True), unique=topic(t.unique), duplicate=topic(t.duplicate),
+                   clusters=topic(t.clusters, compacted=True), probes=topic(f"{t.internal_prefix}.probes"),
+                   answers=topic(f"{t.internal_prefix}.answers"),
+                   status=topic(f"{t.internal_prefix}.status", partitions=1, compacted=True))
+
+    def changelog(self, app: faust.App, settings: Settings, table: str) -> faust.TopicT:
+        """A table's compacted changelog topic."""
+        return app.topic(f"{settings.topics.internal_prefix}.{table}-changelog", key_type=bytes, value_type=bytes,
+                         key_serializer="raw", value_serializer="raw", partitions=settings.topics.partitions,
+                         compacting=True)
+
+    def stream_names(self) -> set[str]:
+        """The topics the agents read."""
+        return {self.pages.get_topic_name(), self.probes.get_topic_name(), self.answers.get_topic_name()}
+
+
+class Output:
+    """Sends records: at least once straight into aiokafka's producer batches (``BulkSender``),
+    exactly once through Faust's ``Topic.send`` so that each record joins its source's transaction.
+    Every delivery is watched: after a failure no offset is committed and the worker restarts."""
+
+    def __init__(self, ctx: WorkerContext, topics: Topics):
+        self.ctx = ctx
+        self.topics = topics
+        self.partitions = ctx.settings.topics.partitions
+        self.guard: delivery.DeliveryGuard | None = None
+        self.sender: BulkSender | None = None
+        if ctx.settings.worker.processing_guarantee == "at_least_once":
+            self.guard = delivery.DeliveryGuard(ctx.delivery_failed)
+            self.sender = BulkSender(self.bulk_producer, self.guard.watch)
+
+    def bulk_producer(self) -> Any:
+        """aiokafka's producer for the tables' bulk changelog writes; None under exactly-once."""
+        return internals.aiokafka_producer(self.ctx.app) if self.sender is not None else None
+
+    async def publish(self, topic: faust.TopicT, records: list[Record], partition: int | None = None) -> list:
+        """Send records (key, value) in order; returns their delivery futures. The partition, when
+        not given, is the producer's default (murmur2 of the key), as Faust's."""
+        if self.sender is None:
+            return [await topic.send(key=k, value=v, partition=partition) for k, v in records]
+        return [d.future for d in await self.sender.send(topic.get_topic_name(), partition, records)]
+
+    async def send_batches(self, out: Queued, records: dict[Any, list[Record]] | None = None) -> list | None:
+        """Send the items queued per (topic, partition), packed, and the keyed ``records`` per topic;
+        returns the delivery futures, or None when the worker is stopping before or during the
+        sends (the output may not reach the broker: the caller holds its batch for replay)."""
+        if self.ctx.stopping:
+            return None
+        futs: list = []
+        for (tp, part), items in out.items():
+            futs += await self.publish(tp, [(None, body) for body in pack_batches(items)], part)
+        out.clear()
+        for tp, recs in (records or {}).items():
+            futs += await self.publish(tp, recs)
+        return None if self.ctx.stopping else futs
+
+    def to_decide(self, out: Queued, msgs: list[ToDecide]) -> None:
+        """Queue for the decide stage, on the partition that owns the document id."""
+        for m in msgs:
+            out.setdefault((self.topics.answers, id_partition(m.id, self.partitions)), []).append(m.to_bytes())
+
+    def to_index(self, out: Queued, probe_list: list[Probe]) -> None:
+        """Queue for the index stage, on each probe's band-key partition."""
+        for pr in probe_list:
+            out.setdefault((self.topics.probes, pr.partition), []).append(pr.to_bytes())

@@ -1,0 +1,162 @@
+"""A worker with faults injected on purpose, for the fault tests (test-only; never shipped).
+
+    python -m tests.faulty_worker     (settings from the environment, as ``stream-dedup worker``)
+
+Faults come from these variables, each off when unset:
+- ``FAULT_DELAY=stage:seconds:for_s``: in the first for_s seconds after start, the stage (prepare,
+  exact, index or decide) sleeps ``seconds`` per item before each batch (a slow consumer);
+- ``FAULT_FAILURE=stage:n``: the stage raises in its n-th batch, its work done and its output not yet
+  sent (decide: delivered, its states not yet stored);
+- ``FAULT_POISON=stage:id``: the stage raises whenever a batch holds the document id, in every
+  process (a bug one document trips, which no restart cures);
+- ``FAULT_SKIP=stage:n``: the n-th message of the stage's stream is dropped unprocessed, unacked and
+  unseen by the gap tracking (a skip the gap filler misses);
+- ``FAULT_STALL=1``: after its first batch of page events the worker pauses its pages partitions
+  (a partition assigned and never fetched again).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import Counter
+from typing import Any, AsyncIterator, Sequence
+
+from stream_dedup.config import load_settings
+from stream_dedup.core.wire import Prepared, ToDecide, index_item, unpack_batch
+from stream_dedup.stream import internals
+from stream_dedup.stream.batch_source import BatchSource
+from stream_dedup.stream.worker import Worker, run_worker
+
+log = logging.getLogger("stream_dedup.faults")
+
+
+def _fault(name: str) -> tuple[str, str]:
+    stage, _, arg = os.environ.get(name, "").partition(":")
+    return stage, arg
+
+
+def _ids(stage: str, batch: list) -> list[str]:
+    """The document ids of a batch's items, as the stage reads them."""
+    if stage == "prepare":
+        import json
+        out = []
+        for _, msg in batch:
+            try:
+                out.append(str(json.loads(msg.value).get("id")))
+            except Exception:  # noqa: BLE001 - not an event: no id
+                pass
+        return out
+    read = index_item if stage == "index" else ToDecide.from_item
+    return [read(item).id for _, msg in batch for item in unpack_batch(msg.value)]
+
+
+def _items(stage: str, batch: list) -> int:
+    """How many items of ``stage`` (exact: the exact checks among the index stage's) a batch holds."""
+    if stage == "prepare":
+        return len(batch)
+    items = [item for _, msg in batch for item in unpack_batch(msg.value)]
+    if stage in ("exact", "index"):  # the index stage's items are exact checks and probes
+        return sum(isinstance(index_item(i), Prepared) == (stage == "exact") for i in items)
+    return len(items)
+
+
+class SkippingSource(BatchSource):
+    """A batch source that drops one message of one stream unseen (``FAULT_SKIP``)."""
+
+    def __init__(self, *args: Any, topic: str, at: int, counts: Counter, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.skip_topic, self.skip_at, self.seen, self.counts = topic, at, 0, counts
+
+    async def take_events(self, stream: Any) -> AsyncIterator[Sequence[Any]]:  # type: ignore[override]
+        async for events in super().take_events(stream):
+            yield [ev for ev in events if not self.skipped(ev.message)]
+
+    def skipped(self, msg: Any) -> bool:
+        if msg.topic != self.skip_topic:
+            return False
+        self.seen += 1
+        if self.seen != self.skip_at:
+            return False
+        self.counts["injected_skips"] += 1
+        msg.acked = True
+        if self.gaps is not None:
+            self.gaps.tracker.last[(msg.topic, msg.partition)] = msg.offset
+        log.info("injected skip: %s[%d]@%d dropped unseen", msg.topic, msg.partition, msg.offset)
+        return True
+
+
+class FaultyWorker(Worker):
+    """``Worker`` with the environment's faults wrapped around its batch steps."""
+
+    def __init__(self, settings: Any):
+        super().__init__(settings)
+        self.delay_stage, delay = _fault("FAULT_DELAY")
+        self.delay_s, self.delay_for = (delay.split(":") + ["0", "0"])[:2]
+        self.fail_stage, self.fail_at = _fault("FAULT_FAILURE")
+        self.poison_stage, self.poison_id = _fault("FAULT_POISON")
+        self.batches: Counter[str] = Counter()
+        self.stall = os.environ.get("FAULT_STALL", "") not in ("", "0", "false")
+        skip_stage, skip_at = _fault("FAULT_SKIP")
+        if skip_stage:
+            topic = {"prepare": self.topics.pages, "index": self.topics.probes,
+                     "decide": self.topics.answers}[skip_stage].get_topic_name()
+            self.source = SkippingSource(self.ctx, self.topics.stream_names(), topic=topic, at=int(skip_at),
+                                         counts=self.ctx.counts)
+            self.stalls.source = self.source
+        self.wrap_steps()
+
+    def wrap_steps(self) -> None:
+        """Fail a stage's batch where ``FAULT_FAILURE`` says: its work done, before its output goes out
+        (decide: after, before its states are stored)."""
+        for stage, agent, step in (("prepare", self.prepare, "send"), ("index", self.index, "deliver"),
+                                   ("decide", self.decide, "store")):
+            original = getattr(agent, step)
+
+            async def failing(*args: Any, _stage: str = stage, _original: Any = original) -> Any:
+                self.maybe_fail(_stage)
+                return await _original(*args)
+            setattr(agent, step, failing)
+
+    def maybe_fail(self, stage: str) -> None:
+        if stage == self.fail_stage:
+            self.batches[stage] += 1
+            if self.batches[stage] == int(self.fail_at):
+                self.ctx.counts["injected_failures"] += 1
+                raise RuntimeError(f"injected failure in the {stage} stage's batch {self.fail_at}")
+
+    async def before(self, stage: str, batch: list) -> None:
+        """The delay and the poison of one batch of ``stage``."""
+        for s in (stage, "exact") if stage == "index" else (stage,):
+            if s == self.delay_stage and time.time() - self.ctx.started < float(self.delay_for):
+                items = _items(s, batch)
+                if items:
+                    self.ctx.counts["injected_delays"] += items
+                    self.ctx.worked.update((m.topic, m.partition) for _, m in batch)
+                    await asyncio.sleep(float(self.delay_s) * items)
+        if stage == self.poison_stage and self.poison_id in _ids(stage, batch):
+            self.ctx.counts["injected_poison"] += 1
+            raise RuntimeError(f"injected poison: the {stage} stage fails on document {self.poison_id}")
+
+    async def prepare_batch(self, batch: list) -> bool:
+        await self.before("prepare", batch)
+        done = await super().prepare_batch(batch)
+        if done and self.stall and not self.ctx.counts["injected_stalls"]:
+            self.ctx.counts["injected_stalls"] += 1
+            consumer = internals.consumer(self.app)
+            consumer.pause_partitions({tp for tp in consumer.assignment()
+                                       if tp.topic == self.topics.pages.get_topic_name()})
+        return done
+
+    async def index_batch(self, batch: list) -> bool:
+        await self.before("index", batch)
+        return await super().index_batch(batch)
+
+    async def decide_batch(self, batch: list) -> bool:
+        await self.before("decide", batch)
+        return await super().decide_batch(batch)
+
+
+if __name__ == "__main__":
+    run_worker(load_settings(), FaultyWorker)

@@ -1,0 +1,63 @@
+"""The worker's use of other libraries' internals: listed in one place, present in the pinned
+versions, and patched only when a worker starts, never on import."""
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from stream_dedup.stream import internals
+
+
+def _owner(path: str):
+    """The module or class a dotted path names."""
+    module, _, rest = path.partition(".")
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            obj = getattr(obj, name)
+        return obj
+    raise ImportError(path)
+
+
+@pytest.mark.parametrize("owner,name,used_by", internals.PRIVATE)
+def test_every_listed_private_name_exists(owner, name, used_by):
+    obj = _owner(owner)
+    if isinstance(obj, type) and name not in dir(obj):
+        # instance attributes set in __init__: look for them in the class's source
+        import inspect
+        assert f"self.{name}" in inspect.getsource(obj), f"{owner}.{name} ({used_by})"
+    else:
+        assert hasattr(obj, name), f"{owner}.{name} ({used_by})"
+
+
+def test_the_installed_versions_are_the_checked_ones():
+    assert internals.check_versions() == []
+
+
+CHECK = """
+import faust.transport.consumer as c, faust.transport.drivers.aiokafka as a
+from faust import stores
+before = (c.Consumer._new_offset, c.Consumer.wait_first, a.Consumer._commit,
+          a.AIOKafkaConsumerThread._create_worker_consumer, dict(stores.STORES.aliases))
+import stream_dedup, stream_dedup.stream.worker, stream_dedup.cli
+after = (c.Consumer._new_offset, c.Consumer.wait_first, a.Consumer._commit,
+         a.AIOKafkaConsumerThread._create_worker_consumer, dict(stores.STORES.aliases))
+assert before == after, "importing the package patched something"
+from stream_dedup.stream import internals
+internals.install()
+patched = (c.Consumer._new_offset, c.Consumer.wait_first, a.Consumer._commit,
+           a.AIOKafkaConsumerThread._create_worker_consumer)
+assert all(getattr(f, "stream_dedup", False) for f in patched), patched
+assert "rocksdb-bounded" in stores.STORES.aliases
+print("ok")
+"""
+
+
+def test_importing_the_package_patches_nothing_and_install_patches_all():
+    out = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
