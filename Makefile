@@ -8,8 +8,10 @@ KAFKA := deploy/kafka/kafka.sh
 TEST_PORT ?= 19092
 DEMO_PORT ?= 9092
 PYTEST_ARGS ?=
-# the tiers: `make test` leaves out the soak and the benchmark-script runs (make soak, make bench-smoke)
+# the tiers: `make test` leaves out the soak and the benchmark-script runs (make soak, make bench-smoke),
+# and runs the fault tests on 6,000 events (STREAM_DEDUP_TEST_FAULT_EVENTS=20000 for the full size)
 TEST_MARKS ?= not soak and not bench
+export STREAM_DEDUP_TEST_FAULT_EVENTS ?= 6000
 
 .PHONY: venv lock test test-unit soak bench-smoke check demo broker-start broker-stop clean
 

@@ -3,7 +3,7 @@
     python bench/instructions.py [--commits WORKTREE MYPYC 0ed719b ...] [--kinds sms news] [--events 2000 500]
 
 Why: on this shared 2-core machine the same code runs up to 3x slower in one hour than in another
-(bench/TARGETS.md, "The machine's hour"), so a rate measured today cannot be set against one
+(the machine's speed varies by the hour), so a rate measured today cannot be set against one
 measured yesterday, and an A/B of two commits needs many alternating runs to see a 10 % change.
 The number of instructions the CPU executes for the same events does not depend on how fast the
 machine runs. It is not exact either: two runs of the script on the same code gave counts up to
@@ -30,7 +30,7 @@ and ``Preparer.prepare_many``, so older commits run them too). ``MYPYC`` is the 
 package copied aside with the core's busiest modules (``COMPILED``) compiled by mypyc, from their
 type hints, into C extensions: what a typed, compiled core would save, without a rewrite (needs
 the bench extra's mypy and a C compiler; about a minute to build). It is a measurement only: the
-project ships and runs the pure-Python modules (bench/TARGETS.md says why). The table also gives
+project ships and runs the pure-Python modules. The table also gives
 the events/s of the same workload run natively now (the N - 1 events after the first, median of
 --repeat runs) and what the two make together: the instructions per second the machine gave this
 process in this hour, the figure that moves.

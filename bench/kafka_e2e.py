@@ -263,7 +263,7 @@ def drop_topics(s, prefix: str) -> None:
 # half the SMS maximum) cost this script 0.18 core of the machine's two, against 0.07 sending at full speed,
 # and the workers and the broker share those cores. The producer's own linger (librdkafka, 5 ms) groups
 # them the same way either way; each event's latency counts from its own send time.
-# the tables that TARGETS.md cites, with the workers, kinds and events of their commands (README's
+# the recorded tables, with the workers, kinds and events of their commands (README's
 # Benchmarks section): a run under one of these names with other ones is written as <name>_trial,
 # so that a quick check does not replace a recording (the fifty-fourth stop lost one so)
 RECORDED = {"kafka_e2e": ([1, 2], ["sms", "news"], 10000),

@@ -80,13 +80,14 @@ class TopicSettings(_Section):
                                      "package ships, whose editable source is the repository's topics/)")] = None
 
     def definitions_dir(self) -> Path:
+        """The folder of topics.toml and schemas/: ``dir``, else $STREAM_DEDUP_TOPICS_DIR, else the package's."""
         return self.dir or Path(os.environ.get("STREAM_DEDUP_TOPICS_DIR", TOPICS_DIR))
 
 
 class TextSettings(_Section):
     segmenter: Annotated[Literal["rjieba", "jieba"], Meta(description="word segmenter, both jieba's algorithm and dictionary: rjieba (Rust, 8-10x faster "
         "than jieba, jieba's tokens on all but 5 of 118,312 sample documents) or jieba (the reference); "
-        "bench/results/segmenters.md measures speed and agreement")] = "rjieba"
+        "bench/segmenters.py measures speed and agreement")] = "rjieba"
     traditional_to_simplified: Annotated[bool, Meta(description="fold traditional Chinese to simplified (OpenCC t2s) before everything")] = True
     user_dict: Annotated[Path | None, Meta(description="jieba user dictionary (word [freq [tag]] per line)")] = None
     stopwords: Annotated[Path | None, Meta(description="stop-word list, one per line (default: the shipped list)")] = None
@@ -161,6 +162,17 @@ class WorkerSettings(_Section):
     web_port: Annotated[int, Meta(ge=0, le=65535, description="HTTP port of /status, /metrics, /healthz, /ready; 0 turns it off")] = 6066
     processing_guarantee: Annotated[Literal["at_least_once", "exactly_once"], Meta(description="at_least_once (idempotent stages, gap filling) or Kafka transactions")] = "at_least_once"
     log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"], Meta(description="worker log level")] = "INFO"
+    name: Annotated[str, Meta(description="this worker's name in `status`, the status page and its reports (empty: "
+                              "host:pid); give each worker a stable one (the pod name) for static membership")] = ""
+    static_membership: Annotated[bool, Meta(description="join the group as a static member named `worker.name`: a "
+                                            "worker restarted within session_timeout_s takes its partitions back "
+                                            "without a rebalance, and a stopped one keeps them for that long")] = False
+    session_timeout_s: Annotated[float, Meta(ge=6, le=300, description="how long the group waits for a worker that "
+                                             "stopped heartbeating (killed, hung, cut off) before its partitions go to "
+                                             "the others: the longest stretch without verdicts after a crash")] = 10.0
+    heartbeat_interval_s: Annotated[float, Meta(gt=0, le=60, description="how often a worker heartbeats to the group "
+                                                "coordinator; also how soon it learns of a rebalance (at most a "
+                                                "third of session_timeout_s)")] = 1.0
     standby_replicas: Annotated[int, Meta(ge=0, description="warm copies of each table partition on other workers "
                                   "(faster fail-over, more changelog reading); like Kafka Streams, 0 by default")] = 0
     stall_timeout_s: Annotated[float, Meta(ge=0, description="exit (code 75) for the supervisor to restart the worker "
@@ -205,7 +217,7 @@ class WorkerSettings(_Section):
     fetch_min_bytes: Annotated[int, Meta(ge=1, le=1 << 20, description="the broker answers the worker's fetch once "
                                  "this much data is there (or fetch_max_wait_ms has passed); above 1 a busy "
                                  "worker makes fewer, fuller fetches, and a quiet one waits up to fetch_max_wait_ms "
-                                 "a hop (bench/TARGETS.md)")] = 1
+                                 "a hop")] = 1
     metadata_max_age_s: Annotated[float, Meta(ge=1, le=3600, description="how often the worker's consumer "
                                       "refreshes topic metadata at the latest; partitions added to the pages topic "
                                       "(`topics apply --grow-input`) are read within this long (Faust's default "
@@ -218,20 +230,33 @@ class WorkerSettings(_Section):
                                      "(one partition's records in a request). A full batch makes the sending agent "
                                      "wait until the one request in flight to the broker is answered, and an SMS "
                                      "rewrites about 2 KB of index buckets: with Faust's default of 16,384, the index "
-                                     "agent waited for several requests per batch at a steady rate (bench/TARGETS.md). Keep it under "
+                                     "agent waited for several requests per batch at a steady rate. Keep it under "
                                      "the topics' max.message.bytes (the broker's default, 1 MB, for every topic but "
                                      "the changelogs): the broker refuses a larger batch, and the worker stops")] = 262_144
     producer_compression: Annotated[Literal["none", "lz4", "zstd", "snappy", "gzip"], Meta(description="compression of "
                                         "the worker's producer batches (table changelogs, internal topics, verdicts). An index bucket "
                                         "is rewritten whole, about 2 KB of changelog per SMS, which lz4 makes about 3x smaller: "
                                         "worth it over a network; on one machine the broker's decompression cost more CPU "
-                                        "than it saved (bench/TARGETS.md)")] = "none"
+                                        "than it saved")] = "none"
     heap_trim_s: Annotated[float, Meta(ge=0, description="give free heap pages back to the system this often "
                                "(glibc malloc_trim), so RSS follows the memory in use; 0: never")] = 60.0
     gc_threshold: Annotated[int, Meta(ge=0, description="allocations between the garbage collector's young "
                                 "passes, with start-up's objects frozen out of its walks once the worker is up "
-                                "(CPython's default 700 made 60-80 ms full passes over them); 0: CPython's "
+                                "(with CPython's default of 700 the full passes walk them again and again); 0: CPython's "
                                 "defaults, nothing frozen")] = 50_000
+
+    def __post_init__(self) -> None:
+        if self.static_membership and not self.name:
+            raise ValueError("static_membership: needs worker.name, a stable name per worker")
+        if self.heartbeat_interval_s * 3 > self.session_timeout_s:
+            raise ValueError(f"heartbeat_interval_s: at most a third of session_timeout_s ({self.session_timeout_s:g})")
+
+    def display_name(self) -> str:
+        """``name``, or host:pid: what ``status`` and the status page call this worker."""
+        import os
+        import socket
+
+        return self.name or f"{socket.gethostname()}:{os.getpid()}"
 
 
 class Settings(_Section):

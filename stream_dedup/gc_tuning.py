@@ -5,9 +5,7 @@ Why: both load a lot once (modules, the IDF table's words, Faust's and aiokafka'
 then allocate several small objects per event (in ``scan`` they live until it ends: decide states,
 digests by id). With CPython's default thresholds (a young pass every 700 allocations, a full pass
 whenever the survivors grew by a quarter) the full passes walk everything loaded at start-up again
-and again and find nothing to free there. In a worker that was 8 to 11 full passes of 57-78 ms per
-10,000 SMS (about 0.5 s of CPU, and every stage of that worker stalled each time); in ``scan``
-7 % of judging 10,000 SMS.
+and again and find nothing to free there, and every stage of a worker stalls for each pass.
 
 ``gc.freeze`` moves what exists to a generation the collector never walks, and a young pass every
 ``threshold`` allocations instead of 700 keeps memory bounded all the same: the passes still run,
@@ -27,8 +25,8 @@ def settle(threshold: int = THRESHOLD, *, collect: bool = False) -> int:
     are frozen in all. Call it when start-up is over: what it freezes is never collected, so a
     cycle that becomes garbage later stays in memory (start-up's objects live as long as the
     process does, so nothing is lost). ``collect``: one full pass first, so that no garbage of
-    start-up is frozen with them (a worker: once, at start; a scan skips it, its 20-50 ms would be
-    a noticeable part of a short run)."""
+    start-up is frozen with them (a worker: once, at start; a scan skips it, a noticeable part
+    of a short run)."""
     if collect:
         gc.collect()
     gc.set_threshold(threshold, 20, 100)

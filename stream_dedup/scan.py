@@ -81,8 +81,7 @@ def _yield_to_judging() -> None:
     Why: every document waits for the judging process, which is one process on one core; where
     the cores are fewer than the processes (two preparing and one judging on this 2-core machine)
     the scheduler otherwise shares them evenly and preempts the judge. The preparing processes
-    still get every cycle it leaves idle (a news scan is bound by them, and keeps its speed).
-    SMS scan -j 2, 12 alternating runs each: 1.20 s median, 1.11 s niced."""
+    still get every cycle it leaves idle (a news scan is bound by them, and keeps its speed)."""
     try:
         os.nice(PREPARE_NICENESS)
     except OSError:  # not permitted here: same speed, only less fair to the judge
@@ -95,7 +94,7 @@ def _prepare_chunk(chunk: list[Line]) -> list[Outcome]:
 
 def _prepare_lines(preparer: Preparer, lines: list[Line]) -> list[Outcome]:
     """Each line prepared, or its rejection; with the detectors' batch work done once for all of them
-    (``Preparer.prepare_many``: an SMS costs 51 instead of 76 µs). Any other error is a bug and stops
+    (``Preparer.prepare_many``). Any other error is a bug and stops
     the scan."""
     out: list[Outcome] = []
     for (lineno, _), p in zip(lines, preparer.prepare_many([(line, lineno) for lineno, line in lines])):
@@ -220,7 +219,7 @@ class FilePreparers:
 
     Why not a ``multiprocessing.Pool``: a pool feeds and drains its processes through two threads in
     the judging process, and every RocksDB read or write releases the GIL, so each store call waited
-    behind those threads (an SMS's multi-get took 10-50 µs in ``scan`` and 1 µs alone). Here each
+    behind those threads. Here each
     process reads the file itself and takes every ``jobs``-th chunk of ``chunk`` lines, so nothing is
     sent to it; the judging process reads chunk c from process c % jobs, on its own thread. A full
     pipe stops a process that runs ahead, so memory stays bounded. The processes start before the
@@ -327,7 +326,7 @@ def _stdout_bytes():
 
 
 def _progress_bar(total: int | None):
-    from tqdm import tqdm  # only when shown: its import is 13 ms of every scan's start-up
+    from tqdm import tqdm  # only when shown: its import is part of start-up
 
     return tqdm(total=total, unit="B", unit_scale=True, desc="scan", file=sys.stderr)
 
@@ -359,12 +358,8 @@ def auto_jobs(settings: Settings, input_path: str, cores: int | None = None) -> 
     Why not one per core always: the judging process needs a core too, and how much of the work is
     preparing depends on the texts. A news article costs several times as much to prepare as to
     judge, so the preparing processes bound the run and every core should prepare. A short text
-    (an SMS) costs about as much to judge as to prepare (48 and 49 µs), so the judging process is
-    half the work, and a second preparing process on two cores only takes turns with it.
-    Alternating CLI runs on this 2-core machine, 10,462 SMS: one preparing process 0.95-0.98 s
-    (0.965 median of 6), two 0.98-1.02 s (0.99); before the faster folding of ``text.py``, 1.02
-    against 1.11. 2,722 news articles: two 1.45-1.57 s, one 2.35-2.38 s. Questions and headlines:
-    the same either way. Short: the first ``SAMPLE_LINES`` events average at most
+    (an SMS) costs about as much to judge as to prepare, so the judging process is half the work,
+    and a second preparing process on two cores only takes turns with it. Short: the first ``SAMPLE_LINES`` events average at most
     ``text.short_chars`` characters of text or HTML (the body ``document.validate`` picks; the
     length under which the n-gram detector alone judges them), a line that is not a valid event
     counting its bytes. Standard input is not sampled (one per core)."""

@@ -109,7 +109,8 @@ class FaultyWorker(Worker):
 
     def wrap_steps(self) -> None:
         """Fail a stage's batch where ``FAULT_FAILURE`` says: its work done, before its output goes out
-        (decide: after, before its states are stored)."""
+        (decide: after, before its states are stored); and slow the index and decide agents' work
+        down where ``FAULT_DELAY`` says, inside the step a rebalance can overtake."""
         for stage, agent, step in (("prepare", self.prepare, "send"), ("index", self.index, "deliver"),
                                    ("decide", self.decide, "store")):
             original = getattr(agent, step)
@@ -118,6 +119,13 @@ class FaultyWorker(Worker):
                 self.maybe_fail(_stage)
                 return await _original(*args)
             setattr(agent, step, failing)
+        for stage, agent in (("index", self.index), ("decide", self.decide)):
+            compute = agent.compute
+
+            async def slow(batch: list, _stage: str = stage, _compute: Any = compute) -> Any:
+                await self.delay(_stage, batch)
+                return await _compute(batch)
+            agent.compute = slow  # type: ignore[method-assign]
 
     def maybe_fail(self, stage: str) -> None:
         if stage == self.fail_stage:
@@ -126,21 +134,26 @@ class FaultyWorker(Worker):
                 self.ctx.counts["injected_failures"] += 1
                 raise RuntimeError(f"injected failure in the {stage} stage's batch {self.fail_at}")
 
-    async def before(self, stage: str, batch: list) -> None:
-        """The delay and the poison of one batch of ``stage``."""
+    async def delay(self, stage: str, batch: list) -> None:
+        """``FAULT_DELAY``: sleep for the batch's items of ``stage`` (index: its exact checks too)."""
         for s in (stage, "exact") if stage == "index" else (stage,):
             if s == self.delay_stage and time.time() - self.ctx.started < float(self.delay_for):
                 items = _items(s, batch)
-                if items:
-                    self.ctx.counts["injected_delays"] += items
-                    self.ctx.worked.update((m.topic, m.partition) for _, m in batch)
-                    await asyncio.sleep(float(self.delay_s) * items)
+                parts = {(m.topic, m.partition) for _, m in batch}
+                for _ in range(items):  # per item, the batch's partitions kept "working" for the stall watch
+                    self.ctx.counts["injected_delays"] += 1
+                    self.ctx.worked.update(parts)
+                    await asyncio.sleep(float(self.delay_s))
+
+    def poison(self, stage: str, batch: list) -> None:
+        """``FAULT_POISON``: raise when the batch holds the document."""
         if stage == self.poison_stage and self.poison_id in _ids(stage, batch):
             self.ctx.counts["injected_poison"] += 1
             raise RuntimeError(f"injected poison: the {stage} stage fails on document {self.poison_id}")
 
     async def prepare_batch(self, batch: list) -> bool:
-        await self.before("prepare", batch)
+        self.poison("prepare", batch)
+        await self.delay("prepare", batch)
         done = await super().prepare_batch(batch)
         if done and self.stall and not self.ctx.counts["injected_stalls"]:
             self.ctx.counts["injected_stalls"] += 1
@@ -150,11 +163,11 @@ class FaultyWorker(Worker):
         return done
 
     async def index_batch(self, batch: list) -> bool:
-        await self.before("index", batch)
+        self.poison("index", batch)
         return await super().index_batch(batch)
 
     async def decide_batch(self, batch: list) -> bool:
-        await self.before("decide", batch)
+        self.poison("decide", batch)
         return await super().decide_batch(batch)
 
 

@@ -61,7 +61,7 @@ class Limits:
     max_html_depth: int = 200
 
 
-# msgspec's JSON decoder: 0.5 against 1.7 µs for an SMS event (the UTF-8 decode and ``json.loads``)
+# msgspec's JSON decoder, several times faster than the UTF-8 decode and ``json.loads``
 _decode_json = msgspec.json.Decoder().decode
 
 

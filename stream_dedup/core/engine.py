@@ -19,7 +19,7 @@ from .store import Buffered, Generations, Keyed, KVStore, Tiered
 from .verdict import Cluster, DocState, Verdict
 
 # payloads under P that the index keeps after reading them (BucketIndex.ref_cache): ~250 bytes each
-# for an SMS (bench/HISTORY.md, fifty-second stop, for what it saves)
+# for an SMS
 REF_CACHE = 1 << 15
 
 if TYPE_CHECKING:

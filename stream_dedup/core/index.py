@@ -228,7 +228,7 @@ def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: 
                 # maybe its id is there: spliced in where the full merge below would sort it, the
                 # other entries' bytes kept as they are (the same bytes as the merge, without
                 # decoding, sorting and packing the whole bucket: a campaign's buckets of hundreds of
-                # copies made that most of the workers' cost, bench/results/kafka_e2e_campaign.md)
+                # copies made that most of the workers' cost)
                 if look or at is None:
                     at = _insert_at(raw, entry[0], ident, look)
                 if at is not None:  # before the last entry, which moves by the new one's length, or after it
@@ -453,10 +453,8 @@ class BucketIndex:
     def _probe(self, raws: dict[bytes, bytes | None], det: int, ident: str, ts: int, payload: bytes,
                verify: Verify, late: bool, spots: dict[bytes, int] | None = None) -> ProbeResult:
         """``spots``: filled with the byte offset where this document's entry goes in each bucket with
-        a header that the walk for late matches reads whole (for ``merge_entry``'s ``at``). Why: a
-        copy that is not the newest in its campaign's bucket of hundreds of entries was walked
-        twice, by this walk and by the insert's (``_insert_at``), each about a sixth of the
-        workers' CPU on ``bench/campaign.py``'s SMS."""
+        a header that the walk for late matches reads whole (for ``merge_entry``'s ``at``), so that
+        the insert does not walk a long bucket a second time (``_insert_at``)."""
         me = (ts, ident)
         lo, hi = ts - self.window, ts + self.window
         res = ProbeResult()
@@ -475,9 +473,7 @@ class BucketIndex:
                 continue
             if raw[:1] == _MAGIC and all_before(raw, me):
                 # every entry is earlier than this document (a stream in time order): decode them
-                # from the earliest up to the first match, the rest of the bucket not at all (and
-                # inline: a generator of entries cost a fifth more than ``_entries`` where nothing
-                # matches, as in a crowded 16-bit SimHash band)
+                # from the earliest up to the first match, the rest of the bucket not at all
                 pos, end = _BUCKET_HEAD.size, len(raw)
                 while pos < end:
                     cts, il, pl = unpack(raw, pos)
@@ -502,12 +498,8 @@ class BucketIndex:
             # entries after this document too (it arrived late, or shares its millisecond with a
             # burst), or a bucket with no header.
             # A bucket of the same bytes as one walked so far (a campaign's copies share most of
-            # their buckets, and each of those holds the same copies): its walk would verify
-            # nothing (each entry before the best match is in ``seen`` or at or after that match,
-            # each later one in ``later`` already) and could not find a better match (were one
-            # there, the twin's walk would have met it before the one it found), so only its spot
-            # is taken. Why: in a campaign that arrives out of order, walking each of a copy's
-            # buckets of hundreds of entries was half its cost (``bench/campaign.py``'s SMS).
+            # their buckets) would verify nothing new and could not find a better match, so only
+            # its spot is taken.
             sig = twin_key(raw)
             twin = walked.get(sig)
             if twin is not None and twin[0] == raw:
@@ -516,8 +508,7 @@ class BucketIndex:
                 continue
             # Otherwise a walk over the entries' heads, decoding an id only where its entry is
             # looked at, and past the earliest match only the entries after this document, for
-            # late matches. Decoding the whole bucket, as before, made a campaign's buckets of
-            # hundreds of copies most of the workers' cost.
+            # late matches.
             pos, end, past = _start(raw), len(raw), False
             anchored = False  # best met in this bucket
             here: list[tuple[int, str]] = []  # the later matches met in it

@@ -161,9 +161,7 @@ class Buffered(MutableMapping):
         # bytes of the keys and values ``buf`` holds. Why not every byte written since the last
         # batch, as at first (rewrites counted again): a spam campaign rewrites the same few
         # hundred buckets on every copy, so the buffer went out to RocksDB every ~350 writes, and
-        # RocksDB's writes and the reads after them were about half of ``scan``'s profile on
-        # ``bench/campaign.py``; counting what it holds took that run from 22.2 to 17.6 s
-        # (bench/HISTORY.md, fiftieth stop)
+        # RocksDB's writes and the reads after them dominated ``scan`` on ``bench/campaign.py``
         self.size = 0
         self.on_disk = not store.is_empty()
 

@@ -82,7 +82,7 @@ class DocState:
     # What ``cluster`` needs of ``members``, kept up to date by ``join`` and ``leave`` and rebuilt
     # when None (a state read back from the store, or a leave of one of them); never stored. Why:
     # recomputed per call, a campaign's original (up to MAX_MEMBERS members, every copy a join)
-    # spent half of ``scan``'s time in ``cluster`` (``bench/HISTORY.md``, forty-eighth stop).
+    # spent most of ``scan``'s time in ``cluster``.
     _top: tuple | None = field(default=None, init=False, repr=False, compare=False)  # the members' best _canon_key
     _first: list[tuple[int, str]] | None = field(default=None, init=False, repr=False, compare=False)  # SAMPLE earliest
 

@@ -170,7 +170,7 @@ class Prepared(_Wire):
         """Pickled as the arguments of ``__init__``, which are its wire fields in their order. Why:
         ``scan``'s judging process unpickles every document its preparing processes send, and a
         dataclass's default pickle (a bare object, then its ``__dict__`` set field by field) took
-        2.9-4.6 µs an SMS to load, against 1.5 so: a few per cent of that process's work, the
+        twice as long to load: a few per cent of that process's work, the
         busier of the two."""
         return Prepared, tuple(self._wire())
 

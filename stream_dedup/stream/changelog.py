@@ -3,9 +3,8 @@
 Why not Faust's own write path: every ``table[key] = value`` becomes one changelog message on its
 own (a ``FutureMessage`` through Faust's producer buffer, aiokafka's per-message ``send``, then a
 delivery callback that writes the partition's persisted offset to RocksDB). An SMS makes about 8
-table writes and a news article 37, and in a profile of a two-worker SMS burst that per-message path
-was the largest part of a worker's CPU, five times what the core spends on the same SMS
-(bench/RESULTS.md, "Targets: met, missed, and why").
+table writes and a news article dozens, and that per-message path was the largest part of a
+worker's CPU, several times what the core spends on the same SMS.
 
 Here a write goes to the partition's local RocksDB database at once (as Faust's does, so a read
 later in the batch sees it) and the changelog records wait in memory until the agent calls

@@ -6,12 +6,11 @@ the last commit ended is ``min(acked) - committed > 1``, and that check is skipp
 committed offset is 0 (stored as None), which it is for every partition when a stream starts, and
 it lets one missing offset through (``min(acked) == committed + 1``, there for a transaction
 marker). So a message that never reached the stream, and that the gap filler (``gaps.py``) did not
-see, was committed past, and its document never got a verdict: the CI of 2263aa1 lost 4 of 20,000
-in the slow-consumer test, with every partition committed to its end and no worker restarted.
+see, was committed past, and its document never got a verdict.
 
 ``strict_new_offset`` commits only a run that begins at the committed offset, so such a message
 holds its partition's commit back instead of being lost; ``HoleWatch`` sees a hole held that way
-for a few checks, and the worker reads the partition again from it (``app.py``,
+for a few checks, and the worker reads the partition again from it (``batch_source.py``,
 ``read_commit_holes``): the stages are idempotent, so what the re-read repeats costs only work.
 A hole is measured from the commit in flight, if there is one (``commit_base``), not only from the
 last one done.

@@ -7,8 +7,7 @@ But a flush waits for deliveries to end, not to succeed. A record that the broke
 (a non-retriable error: a record over the topic's size limit, a lost authorization, a batch that
 expired after ``producer_request_timeout``) was dropped while the offsets of the messages that made
 it were committed: its document lost an answer, an offer or its dead letter, and no replay would
-bring it back (found on 2026-11-29 with a rejected event of 800 KB whose dead letter was over the
-broker's limit: `bench/HISTORY.md`, thirtieth stop).
+bring it back.
 
 The ``DeliveryGuard`` watches every delivery of the worker's ``BulkSender``. A commit first waits
 for the deliveries still on their way (all the output of the offsets it commits was sent before

@@ -164,8 +164,7 @@ def watermarks(c, partitions: Iterable[tuple[str, int]], timeout: float = 10.0) 
     Why ``offsets_for_times`` with Kafka's ListOffsets codes (-2 the earliest, -1 the latest)
     instead of ``get_watermark_offsets`` per partition: it asks each leader once for all its
     partitions. ``status`` reads every source partition on each call, and the status page every
-    10 s: at ``topics.partitions`` = 1024 (3,072 source partitions) a round trip each took
-    1.1-1.3 s, the batch 0.14 (``bench/results/status_scale.md``)."""
+    10 s, and at a thousand partitions a round trip each takes seconds (``bench/status_scale.py``)."""
     from confluent_kafka import KafkaException, TopicPartition
 
     wanted = list(partitions)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ class Reporter:
         self.tables = tables
         self.status_topic = status_topic
         self.answers_topic = answers_topic
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.worker_id = ctx.settings.worker.display_name()
 
     def gauges(self) -> dict[str, int]:
         """Set the gauges read at each scrape; returns the heap figures (the report sends them too)."""

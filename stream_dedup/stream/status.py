@@ -32,7 +32,7 @@ def group_status(settings: Settings, timeout: float = 10.0, *, reports: bool = T
         members = len(desc.members)
         for m in desc.members:
             for tp in (m.assignment.topic_partitions if m.assignment else []):
-                owners[(tp.topic, tp.partition)] = f"{m.client_id}@{m.host}"
+                owners[(tp.topic, tp.partition)] = m.client_id  # the worker's name (worker.name, or host:pid)
     except Exception as e:  # noqa: BLE001 - a group that never ran has no description
         state = f"unavailable ({e.__class__.__name__})"
     committed: dict[tuple[str, int], int] = {}

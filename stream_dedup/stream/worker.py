@@ -72,6 +72,10 @@ def faust_app(settings: Settings) -> faust.App:
         web_bind=w.web_host,
         web_host=w.web_host,
         consumer_metadata_max_age_ms=int(w.metadata_max_age_s * 1000),
+        broker_client_id=w.display_name(),  # the owner `status` shows for a partition
+        broker_session_timeout=w.session_timeout_s,
+        broker_heartbeat_interval=w.heartbeat_interval_s,
+        consumer_group_instance_id=w.name if w.static_membership else None,
         broker_commit_every=1000,
         broker_commit_interval=1.0,
         producer_linger=w.producer_linger_ms / 1000,

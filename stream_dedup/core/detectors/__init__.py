@@ -26,7 +26,7 @@ def build_detectors(settings: "Settings", tokenizer: "WordTokenizer", idf: "IdfT
     ``auto``: ngram for short texts, simhash and minhash for long ones, with an overlap band around
     ``text.short_chars`` where both run, so that a pair straddling the boundary still shares one;
     HTML pages add the structure detector. I-Match is opt-in: on the development benchmark it finds
-    no duplicate that MinHash misses (see bench/RESULTS.md), so by default it would only add keys.
+    no duplicate that MinHash misses (``bench/quality.py``), so by default it would only add keys.
     """
     short = settings.text.short_chars
     names = list(AUTO) if settings.engine.detectors == "auto" else list(settings.engine.detectors)

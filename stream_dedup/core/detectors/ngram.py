@@ -48,11 +48,10 @@ if TYPE_CHECKING:
 _KEY_MASK = (1 << 62) - 1
 # up to this many characters a text alone is keyed in plain ints (``shingle_hashes_list``,
 # ``winnow_list``) rather than by the dozen NumPy calls of ``shingle_hashes`` and ``winnow``: the
-# two cost the same at 36-40 characters, a 24-character SMS's 25 µs against 41 (2026-11-28,
-# bench/HISTORY.md, twenty-fourth stop); 62 % of the benchmark's SMS skeletons are this short
+# two cost the same at 36-40 characters, and most SMS skeletons are shorter
 SHORT_TEXT = 36
-# fewer texts than this are keyed one by one: an SMS's keys cost ~54 µs in a batch of 4, ~17 in a
-# batch of 12 and 25-45 alone (2026-11-28); a steady trickle of input brings batches of a few
+# fewer texts than this are keyed one by one (a small batch costs more per text than one alone,
+# a large one less); a steady trickle of input brings batches of a few
 SMALL_BATCH = 8
 _COUNT = struct.Struct(">H")
 
