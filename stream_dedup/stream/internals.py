@@ -56,6 +56,10 @@ PRIVATE: list[tuple[str, str, str]] = [
     ("faust.stores.rocksdb.Store", "_dbs", "worker: flush of every table database"),
     ("faust._cython.streams", "sleep", "patched: drain.RareSleep"),
 ]
+# Behaviours relied on or worked around, checked at the versions of ``CHECKED``:
+# - rocksdict reopens a database with its saved OPTIONS, so a TTL database's compaction filter is
+#   wrapped again at every reopen: ``rocks.forget_saved_options`` removes them first
+#   (tests/unit/test_rocks.py::test_a_reopened_ttl_database_keeps_every_entry_through_compaction).
 
 
 class ConsumerInternals(Protocol):

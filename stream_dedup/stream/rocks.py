@@ -52,6 +52,18 @@ INFO_LOG_BYTES = 256 << 10
 INFO_LOGS_KEPT = 2
 
 
+def forget_saved_options(path: Path) -> None:
+    """Remove a database's saved OPTIONS files before it is opened with a TTL.
+
+    Why: rocksdict (checked at 0.3.29, ``internals.PRIVATE``) loads the saved options of an existing
+    database, TTL compaction filter included, and opening it with a TTL wraps that filter in another.
+    The outer filter strips the timestamp and the inner one reads the value's last bytes as one, so
+    the next compaction drops entries at random: every reopened table partition (a rebalance, a
+    restart) lost a share of its state. RocksDB writes the files again on open."""
+    for saved in path.glob("OPTIONS-*"):
+        saved.unlink(missing_ok=True)
+
+
 class BoundedOptions(faust_rocksdb.RocksDBOptions):
     def __init__(self, *args: Any, budget: Budget, wal: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -86,8 +98,12 @@ class BoundedOptions(faust_rocksdb.RocksDBOptions):
         return opts
 
     def open(self, path: Path, *, read_only: bool = False) -> rocksdict.Rdict:
-        access = (rocksdict.AccessType.read_write() if self.ttl is None
-                  else rocksdict.AccessType.with_ttl(self.ttl))
+        if self.ttl is None:
+            access = rocksdict.AccessType.read_write()
+        else:
+            access = rocksdict.AccessType.with_ttl(self.ttl)
+            forget_saved_options(Path(path))
+
         db = rocksdict.Rdict(str(path), options=self.as_options(), access_type=access)
         db.set_read_options(rocksdict.ReadOptions())
         if not self.wal:
