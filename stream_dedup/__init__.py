@@ -9,5 +9,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .api import Deduper  # noqa: E402
+from .core.document import Rejected  # noqa: E402
+from .core.verdict import Cluster, Verdict  # noqa: E402
 
-__all__ = ["Deduper", "__version__"]
+__all__ = ["Cluster", "Deduper", "Rejected", "Verdict", "__version__"]

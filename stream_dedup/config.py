@@ -54,6 +54,9 @@ class KafkaSettings(_Section):
         "security.protocol, sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, ...")] = field(default_factory=dict)
     replication_factor: Annotated[int, Meta(ge=1, description="replication factor for topics created by `topics apply`")] = 1
     min_insync_replicas: Annotated[int, Meta(ge=1, description="min.insync.replicas for topics created by `topics apply`")] = 1
+    log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], Meta(
+        description="the commands' librdkafka log lines at this level and above go to stderr, through the logger "
+                    "stream_dedup.librdkafka (CRITICAL: none; a command that cannot reach Kafka says so in one line)")] = "CRITICAL"
 
     def __post_init__(self) -> None:
         for part in self.bootstrap.split(","):
@@ -336,9 +339,25 @@ def load_settings(path: str | Path | None = None, environ: dict[str, str] | None
         return msgspec.convert(merged, Settings, dec_hook=_decode)
     except msgspec.ValidationError as e:
         loc, msg = _error_location(str(e))
+        choices = _choices(loc)
+        if msg.startswith("Invalid enum value") and choices:
+            msg += " (one of: " + ", ".join(choices) + ")"
         src = next((origin[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in origin), None)
         where = f" (from {src})" if src else (f" (in {path})" if path else "")
         raise ConfigError(f"invalid configuration:\n  {'.'.join(loc)}: {msg}{where}") from None
+
+
+def _choices(loc: tuple[str, ...]) -> list[str]:
+    """The values a ``Literal`` setting takes, for an error message; [] for any other setting."""
+    typ: Any = Settings
+    for part in loc:
+        hints = typing.get_type_hints(typ, include_extras=True) if isinstance(typ, type) else {}
+        if part not in hints:
+            return []
+        typ = hints[part]
+        while typing.get_origin(typ) is Annotated:
+            typ = typing.get_args(typ)[0]
+    return [str(a) for a in typing.get_args(typ)] if typing.get_origin(typ) is Literal else []
 
 
 def _decode(typ: type, value: Any) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -70,6 +71,9 @@ def scan(c: Ctx, input: str, out: str, state: str | None, progress: bool | None,
     """Run the engine over a JSONL file (or - for stdin) and write one verdict per id."""
     from ..scan import auto_jobs, run_scan
 
+    for path, option in ((out, "--out"), (clusters_path, "--clusters")):
+        if path not in (None, "-") and not Path(path).absolute().parent.is_dir():
+            raise click.BadParameter(f"the folder of {path} does not exist", param_hint=option)
     summary = run_scan(c.settings, input, out, state_dir=state,
                        progress=(input != "-") if progress is None else progress, clusters_path=clusters_path,
                        jobs=auto_jobs(c.settings, input) if jobs is None else jobs)
@@ -88,9 +92,13 @@ def scan(c: Ctx, input: str, out: str, state: str | None, progress: bool | None,
 @click.option("--min-f1", type=float, default=None, help="exit 1 if the overall F1 is below this")
 def eval_cmd(verdicts: str, labels: str, as_json: bool, min_f1: float | None) -> None:
     """Precision, recall and F1 of duplicate verdicts against ground-truth clusters."""
-    from .evaluate import evaluate_files
+    from .evaluate import EvalInputError, evaluate_files
 
-    report = evaluate_files(verdicts, labels)
+    try:
+        report = evaluate_files(verdicts, labels)
+    except EvalInputError as e:
+        click.echo(f"stream-dedup: {e}", err=True)
+        sys.exit(EXIT_USAGE)
     click.echo(json.dumps(report.as_dict(), indent=2) if as_json else report.describe())
     if min_f1 is not None and report.overall.f1 < min_f1:
         sys.exit(EXIT_PROBLEM)
@@ -117,12 +125,26 @@ def idf_build(c: Ctx, corpus: str, out: str, field: str, limit: int | None) -> N
 
 
 # ----------------------------------------------------------------------------- Kafka
+def reach_kafka(c: Ctx) -> None:
+    """Every Kafka command first: librdkafka's log lines to the logger, and exit 3 with one line
+    when no broker answers."""
+    from ..stream.kafka_io import Unreachable, check_reachable, quiet_librdkafka
+
+    quiet_librdkafka(c.settings)
+    try:
+        check_reachable(c.settings)
+    except Unreachable as e:
+        click.echo(f"stream-dedup: {e}", err=True)
+        sys.exit(EXIT_ENV)
+
+
 @main.command()
 @pass_ctx
 def worker(c: Ctx) -> None:
     """Run a Kafka stream worker. Start N of them (on N machines) to scale out."""
     from ..stream.worker import run_worker
 
+    reach_kafka(c)
     run_worker(c.settings)
 
 
@@ -141,6 +163,7 @@ def topics_apply(c: Ctx, as_json: bool, grow_input: bool) -> None:
     except the pages topic's partition count with --grow-input."""
     from ..stream.topics import apply
 
+    reach_kafka(c)
     try:
         report = apply(c.settings, grow_input=grow_input)
     except Exception as e:  # noqa: BLE001 - librdkafka raises KafkaException with a clear message
@@ -176,17 +199,27 @@ def topics_list(c: Ctx) -> None:
 @click.option("--limit", type=int, default=None, help="send at most this many lines")
 @click.option("--rate", type=float, default=None, help="events per second (default: as fast as possible)")
 @click.option("--progress/--no-progress", default=True)
+@click.option("--validate", is_flag=True, help="send only lines that are JSON objects; report the others")
 @pass_ctx
-def produce(c: Ctx, input: str, topic: str | None, limit: int | None, rate: float | None, progress: bool) -> None:
-    """Put a JSONL corpus on the input topic, one line per message, keyed by id."""
+def produce(c: Ctx, input: str, topic: str | None, limit: int | None, rate: float | None, progress: bool,
+            validate: bool) -> None:
+    """Put a JSONL corpus on the input topic, one line per message, keyed by id. A line that cannot be
+    sent is reported with its number, the rest is sent, and the exit code is 1."""
     from .produce import produce_jsonl
 
-    try:
-        n = produce_jsonl(c.settings, input, topic=topic, limit=limit, rate=rate, progress=progress)
-    except RuntimeError as e:
-        click.echo(f"stream-dedup: {e}", err=True)
+    reach_kafka(c)
+    out = produce_jsonl(c.settings, input, topic=topic, limit=limit, rate=rate, progress=progress,
+                        validate=validate, warn=lambda line: click.echo(line, err=True))
+    delivered = out.sent - len(out.undelivered) - out.unflushed
+    click.echo(f"produced {delivered} events to {topic or c.settings.topics.pages}", err=True)
+    if out.unflushed:
+        click.echo(f"stream-dedup: cannot reach Kafka at {c.settings.kafka.bootstrap}: {out.unflushed} events "
+                   "still queued after 60 s", err=True)
         sys.exit(EXIT_ENV)
-    click.echo(f"produced {n} events to {topic or c.settings.topics.pages}", err=True)
+    if out.refused or out.undelivered:
+        click.echo(f"stream-dedup: {len(out.refused)} lines not sent, {len(out.undelivered)} not delivered",
+                   err=True)
+        sys.exit(EXIT_PROBLEM)
 
 
 @main.command()
@@ -208,6 +241,7 @@ def tail(c: Ctx, topic: str | None, max_messages: int | None, max_ids: int | Non
 
     if from_end and to_end:
         raise click.UsageError("--from-end and --to-end exclude each other")
+    reach_kafka(c)
     try:
         counts = tail_topic(c.settings, topic or c.settings.topics.verdicts, max_messages=max_messages,
                             idle=idle, from_end=from_end, echo=None if summary else click.echo, max_ids=max_ids,
@@ -233,6 +267,7 @@ def redrive(c: Ctx, reasons: tuple[str, ...], ids: tuple[str, ...], from_beginni
     put them there is fixed. Each run goes on from where the last one stopped."""
     from .redrive import BUG_REASONS, redrive as run
 
+    reach_kafka(c)
     try:
         counts = run(c.settings, reasons=reasons or BUG_REASONS, ids=ids, from_beginning=from_beginning,
                      dry_run=dry_run, echo=lambda line: click.echo(line, err=True))
@@ -259,6 +294,7 @@ def status(c: Ctx, as_json: bool, wait_drained: bool, timeout: float) -> None:
     """Consumer lag per partition and partition ownership of the workers' consumer group."""
     from ..stream.status import group_status, wait_drained as wait
 
+    reach_kafka(c)
     if not wait_drained:
         st = group_status(c.settings)
         click.echo(json.dumps(st, indent=2) if as_json else st["text"])

@@ -124,12 +124,32 @@ def evaluate(verdicts: Iterable[dict], labels: Iterable[dict]) -> EvalReport:
     return report
 
 
-def _read_jsonl(path: str) -> Iterable[dict]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
+class EvalInputError(ValueError):
+    """A verdicts or labels file that cannot be scored: the message says which line and why."""
+
+
+def _read_jsonl(path: str, needs: tuple[str, ...], what: str) -> list[dict]:
+    """Every record of a JSONL file, each checked for the keys ``needs``."""
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except (ValueError, RecursionError) as e:
+                raise EvalInputError(f"{path} line {number}: not JSON ({e})") from None
+            if not isinstance(rec, dict) or any(k not in rec for k in needs):
+                raise EvalInputError(f"{path} line {number}: {what} needs {', '.join(map(repr, needs))} (the "
+                                     "arguments are VERDICTS then LABELS)")
+            out.append(rec)
+    return out
 
 
 def evaluate_files(verdicts_path: str, labels_path: str) -> EvalReport:
-    return evaluate(_read_jsonl(verdicts_path), _read_jsonl(labels_path))
+    """``evaluate`` of two files; ``EvalInputError`` when they cannot be scored together."""
+    verdicts = _read_jsonl(verdicts_path, ("id", "verdict"), "a verdict")
+    labels = _read_jsonl(labels_path, ("id", "cluster"), "a label")
+    if verdicts and labels and not {str(v["id"]) for v in verdicts} & {str(lab["id"]) for lab in labels}:
+        raise EvalInputError(f"{labels_path} labels none of the ids in {verdicts_path}")
+    return evaluate(verdicts, labels)

@@ -6,19 +6,21 @@ import sys
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from ..config import Settings
 from ..stream.kafka_io import assign_up_to_ends, consumer, end_reader, producer, reached_end, send, topic_partitions
 
 
-def _lines(path: str) -> Iterator[bytes]:
+def _lines(path: str) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of each non-empty line."""
     f = sys.stdin.buffer if path == "-" else open(path, "rb")
     try:
-        for line in f:
+        for number, line in enumerate(f, 1):
             line = line.rstrip(b"\r\n")
             if line:
-                yield line
+                yield number, line
     finally:
         if f is not sys.stdin.buffer:
             f.close()
@@ -36,38 +38,70 @@ def event_key(line: bytes) -> bytes | None:
         return None
 
 
+@dataclass
+class Produced:
+    """What ``produce_jsonl`` did: lines sent, and each line it could not send with its number and why."""
+
+    sent: int = 0
+    refused: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
+    undelivered: list[tuple[int, str]] = field(default_factory=list)  # (line number, broker's error)
+    unflushed: int = 0  # still queued when the flush gave up
+
+
+def _invalid(line: bytes) -> str | None:
+    """Why a line is not a JSON object (``--validate``), None when it is one."""
+    try:
+        doc = json.loads(line)
+    except (ValueError, RecursionError) as e:
+        return f"not JSON ({type(e).__name__}: {str(e)[:80]})"
+    return None if isinstance(doc, dict) else f"not a JSON object ({type(doc).__name__})"
+
+
 def produce_jsonl(settings: Settings, path: str, *, topic: str | None = None, limit: int | None = None,
-                  rate: float | None = None, progress: bool = True) -> int:
-    """Send every line as it is (bad lines too: the worker's prepare stage judges them)."""
+                  rate: float | None = None, progress: bool = True, validate: bool = False,
+                  warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> Produced:
+    """Send every line as it is (bad lines too: the worker's prepare stage judges them), except a line
+    the client refuses (over the producer's size limit) or, with ``validate``, one that is not a JSON
+    object: each is reported through ``warn`` with its line number, and the rest is sent and flushed."""
+    from confluent_kafka import KafkaException
     from tqdm import tqdm
 
     topic = topic or settings.topics.pages
     p = producer(settings)
-    failures: list[str] = []
+    out = Produced()
 
-    def on_delivery(err, _msg) -> None:
-        if err is not None:
-            failures.append(str(err))
+    def on_delivery(number: int) -> Callable:
+        def done(err, _msg) -> None:
+            if err is not None:
+                out.undelivered.append((number, str(err)))
+        return done
 
-    sent = 0
     t0 = time.monotonic()
     bar = tqdm(desc=f"produce {topic}", unit="ev", disable=not progress, file=sys.stderr)
-    for line in _lines(path):
-        if limit is not None and sent >= limit:
+    for number, line in _lines(path):
+        if limit is not None and out.sent >= limit:
             break
-        send(p, topic, line, event_key(line), on_delivery=on_delivery)
-        sent += 1
+        why = _invalid(line) if validate else None
+        if why is None:
+            try:
+                send(p, topic, line, event_key(line), on_delivery=on_delivery(number))
+            except KafkaException as e:
+                why = f"{e.args[0].name() if e.args else e} ({len(line):,} bytes)"
+        if why is not None:
+            out.refused.append((number, why))
+            warn(f"stream-dedup: line {number} not sent: {why}")
+            continue
+        out.sent += 1
         bar.update(1)
         if rate:
-            ahead = sent / rate - (time.monotonic() - t0)
+            ahead = out.sent / rate - (time.monotonic() - t0)
             if ahead > 0:
                 time.sleep(ahead)
     bar.close()
-    remaining = p.flush(60)
-    if remaining or failures:
-        raise RuntimeError(f"{remaining + len(failures)} of {sent} events were not delivered: "
-                           f"{failures[:3] or 'flush timed out'}")
-    return sent
+    out.unflushed = p.flush(60)
+    for number, err in out.undelivered[:20]:
+        warn(f"stream-dedup: line {number} not delivered: {err}")
+    return out
 
 
 #: how often ``tail_topic`` looks for partitions added to the topic it follows
@@ -77,7 +111,8 @@ NEW_PARTITIONS_EVERY_S = 5.0
 def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = None, idle: float | None = None,
                from_end: bool = False, echo: Callable[[str], None] | None = print,
                max_ids: int | None = None, to_end: bool = False) -> dict[str, int]:
-    """Read a topic (no group joined, nothing committed); count verdicts by kind.
+    """Read a topic (no group joined, nothing committed); count documents by the kind of their latest
+    verdict (revisions count once), and the messages read.
 
     ``max_ids``: stop once records about this many distinct documents were read (a verdict's
     ``id``, else the record's key). Why beside ``max_messages``: the verdicts topic carries
@@ -103,6 +138,7 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
     counts: Counter[str] = Counter()
     seen = 0
     ids: set[object] = set()
+    latest: dict[object, str] = {}  # document -> the kind of its latest record
     try:
         parts = topic_partitions(c, topic)
         if parts is None:
@@ -142,19 +178,25 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
                 kind = v.get("verdict", "?") if isinstance(v, dict) else "?"
                 if kind == "duplicate":
                     kind = f"duplicate/{v.get('match')}"
-            except ValueError:
+            except (ValueError, RecursionError) as e:  # printed as it is: a data problem never stops a tail
                 kind = "?"
-            counts[kind] += 1
+                counts["unparsed"] += 1
+                print(f"stream-dedup: {topic}[{msg.partition()}]@{msg.offset()} is not JSON "
+                      f"({type(e).__name__}); printed as text", file=sys.stderr)
+            ident = v.get("id") if isinstance(v, dict) else None
+            doc = ("id", ident) if isinstance(ident, str) else ("key", msg.key())
+            latest[doc] = kind  # a verdict's revisions count once, as their latest kind
             if max_ids is not None:
-                ident = v.get("id") if isinstance(v, dict) else None
-                ids.add(("id", ident) if isinstance(ident, str) else ("key", msg.key()))
+                ids.add(doc)
             if echo is not None:
                 echo(text)
     except KeyboardInterrupt:
         pass
     finally:
         c.close()
+    counts.update(latest.values())
     counts["messages"] = seen
+    counts["documents"] = len(latest)
     if to_end and ends:
         counts["unfinished_partitions"] = len(ends)
     if max_ids is not None:

@@ -19,12 +19,47 @@ COORDINATOR_BUSY = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINA
 LEADER_NOT_READY = ("NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART")
 
 
+#: librdkafka's own log lines go to this logger, at ``kafka.log_level`` and above, never raw to stderr
+LIBRDKAFKA = logging.getLogger("stream_dedup.librdkafka")
+#: how long a command waits for the broker's metadata before it says the broker cannot be reached
+REACH_TIMEOUT_S = 5.0
+
+
+class Unreachable(RuntimeError):
+    """The broker did not answer a metadata request: the one-line reason a command exits 3 with."""
+
+
 def client_config(settings: Settings, **extra: Any) -> dict[str, Any]:
     """librdkafka settings: bootstrap, then the user's pass-through block, then per-client extras."""
-    conf: dict[str, Any] = {"bootstrap.servers": settings.kafka.bootstrap}
+    conf: dict[str, Any] = {"bootstrap.servers": settings.kafka.bootstrap, "logger": LIBRDKAFKA}
     conf.update(settings.kafka.client)
     conf.update(extra)
     return conf
+
+
+def quiet_librdkafka(settings: Settings) -> None:
+    """Send librdkafka's log lines to ``LIBRDKAFKA`` at the configured level, with one handler of its own."""
+    LIBRDKAFKA.setLevel(settings.kafka.log_level)
+    LIBRDKAFKA.propagate = False
+    if not LIBRDKAFKA.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s librdkafka: %(message)s"))
+        LIBRDKAFKA.addHandler(handler)
+
+
+def check_reachable(settings: Settings, timeout: float = REACH_TIMEOUT_S) -> None:
+    """Ask the cluster for its metadata; raise ``Unreachable`` with the reason when no broker answers
+    within ``timeout``. Every Kafka command calls it first, so that an absent broker is one clear
+    line and exit code 3, not a minute of retries."""
+    from confluent_kafka import KafkaException
+
+    client = admin(settings)
+    try:
+        client.list_topics(timeout=timeout)
+    except KafkaException as e:
+        err = e.args[0] if e.args else e
+        reason = err.str() if hasattr(err, "str") else str(err)
+        raise Unreachable(f"cannot reach Kafka at {settings.kafka.bootstrap} ({reason})") from None
 
 
 def admin(settings: Settings):

@@ -296,7 +296,7 @@ def test_cli_tail_ids_stops_once_every_document_has_a_record(kafka_settings, uni
     assert upto == 59 and got == records[:upto]
     r = subprocess.run(exe + ["--ids", "3", "--summary"], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == {"ids": 3, "messages": 3, "unique": 3}
+    assert json.loads(r.stdout) == {"ids": 3, "messages": 3, "unique": 3, "documents": 3}
 
 
 def test_cli_tail_to_end_reads_what_the_topic_holds_then_stops(kafka_settings, unique_name):
@@ -328,7 +328,7 @@ def test_cli_tail_to_end_reads_what_the_topic_holds_then_stops(kafka_settings, u
     assert len(got) == len(plain) + len(txn)
     r = subprocess.run(exe + ["--topic", empty, "--summary"], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == {"messages": 0}
+    assert json.loads(r.stdout) == {"messages": 0, "documents": 0}
     r = subprocess.run(exe + ["--topic", f"{unique_name}.absent"], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 3 and f"topic {unique_name}.absent cannot be read" in r.stderr, r.stderr
     r = subprocess.run(exe + ["--topic", topic, "--from-end"], env=env, capture_output=True, text=True, timeout=60)
@@ -396,7 +396,7 @@ def test_cli_tail_follows_by_assignment_without_a_group_join(kafka_settings, uni
     assert lines and all(json.loads(line)["id"].startswith("new") for line in lines)
     r = subprocess.run(exe + ["--idle", "2", "--summary"], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == {"messages": 10 + new, "?": 10 + new}
+    assert json.loads(r.stdout) == {"messages": 10 + new, "?": 10 + new, "documents": 10 + new}
     r = subprocess.run([*exe[:-1], f"{unique_name}.absent", "--idle", "5"], env=env, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 3 and f"topic {unique_name}.absent cannot be read" in r.stderr, r.stderr

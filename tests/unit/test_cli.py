@@ -1,10 +1,12 @@
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from stream_dedup.cli import main
 
+REPO = Path(__file__).resolve().parents[2]
 COMMANDS = [["scan"], ["worker"], ["topics"], ["topics", "apply"], ["topics", "list"], ["produce"], ["tail"],
             ["eval"], ["idf", "build"], ["status"], ["config"], ["redrive"]]
 
@@ -62,3 +64,40 @@ def test_scan_as_a_program_delivers_every_verdict_through_a_pipe_before_its_fast
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 2 and "missing.jsonl" in r.stderr and "does not exist" in r.stderr
     assert "Traceback" not in r.stderr  # a usage error, not a crash
+
+
+def _one_line_error(r, code: int, needle: str) -> None:
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert r.exit_code == code and len(lines) == 1 and needle in lines[0], (r.exit_code, r.output)
+    assert "Traceback" not in r.output
+
+
+def test_eval_says_what_is_wrong_with_its_files(tmp_path):
+    verdicts, labels, broken = tmp_path / "v.jsonl", tmp_path / "l.jsonl", tmp_path / "b.jsonl"
+    verdicts.write_text('{"id": "a", "verdict": "unique"}\n{"id": "b", "verdict": "duplicate", "duplicate_of": "a"}\n')
+    labels.write_text('{"id": "x", "cluster": 1}\n')
+    broken.write_text('{"id": "a", "verdict": "unique"}\nnot json\n')
+    runner = CliRunner()
+    _one_line_error(runner.invoke(main, ["eval", str(verdicts), str(labels)]), 2, "labels none of the ids")
+    _one_line_error(runner.invoke(main, ["eval", str(labels), str(verdicts)]), 2, "arguments are VERDICTS then LABELS")
+    _one_line_error(runner.invoke(main, ["eval", str(broken), str(labels)]), 2, "b.jsonl line 2: not JSON")
+
+
+def test_scan_into_a_missing_folder_is_a_usage_error(tmp_path):
+    r = CliRunner().invoke(main, ["scan", str(REPO / "examples" / "sample.jsonl"), "--out",
+                                  str(tmp_path / "absent" / "v.jsonl")])
+    assert r.exit_code == 2 and "does not exist" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_an_invalid_choice_lists_the_valid_ones():
+    from stream_dedup.config import ConfigError, load_settings
+
+    with pytest.raises(ConfigError, match=r"one of: at_least_once, exactly_once"):
+        load_settings(environ={"STREAM_DEDUP_WORKER__PROCESSING_GUARANTEE": "exactly-once"})
+
+
+def test_the_records_users_handle_are_importable_from_the_package():
+    import stream_dedup
+
+    assert {"Deduper", "Rejected", "Verdict", "Cluster"} <= set(stream_dedup.__all__)
+    assert stream_dedup.Rejected("bad_id", "empty").reason == "bad_id"
