@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from collections import Counter
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, Sequence
 
 from stream_dedup.config import load_settings
 from stream_dedup.core.wire import Prepared, ToDecide, index_item, unpack_batch
@@ -69,9 +69,13 @@ class SkippingSource(BatchSource):
         super().__init__(*args, **kwargs)
         self.skip_topic, self.skip_at, self.seen, self.counts = topic, at, 0, counts
 
-    async def take_events(self, stream: Any) -> AsyncIterator[Sequence[Any]]:  # type: ignore[override]
-        async for events in super().take_events(stream):
-            yield [ev for ev in events if not self.skipped(ev.message)]
+    async def with_gaps(self, events: Sequence[Any]) -> list:
+        """The batch less the dropped message, each message's gap check in order as the worker's."""
+        out: list = []
+        for ev in events:
+            if not self.skipped(ev.message):
+                out += await super().with_gaps([ev])
+        return out
 
     def skipped(self, msg: Any) -> bool:
         if msg.topic != self.skip_topic:
@@ -98,14 +102,17 @@ class FaultyWorker(Worker):
         self.poison_stage, self.poison_id = _fault("FAULT_POISON")
         self.batches: Counter[str] = Counter()
         self.stall = os.environ.get("FAULT_STALL", "") not in ("", "0", "false")
-        skip_stage, skip_at = _fault("FAULT_SKIP")
-        if skip_stage:
-            topic = {"prepare": self.topics.pages, "index": self.topics.probes,
-                     "decide": self.topics.answers}[skip_stage].get_topic_name()
-            self.source = SkippingSource(self.ctx, self.topics.stream_names(), topic=topic, at=int(skip_at),
-                                         counts=self.ctx.counts)
-            self.stalls.source = self.source
         self.wrap_steps()
+
+    def batch_source(self) -> BatchSource:
+        """The skipping source when ``FAULT_SKIP`` says so (before the timers are registered on it)."""
+        skip_stage, skip_at = _fault("FAULT_SKIP")
+        if not skip_stage:
+            return super().batch_source()
+        topic = {"prepare": self.topics.pages, "index": self.topics.probes,
+                 "decide": self.topics.answers}[skip_stage].get_topic_name()
+        return SkippingSource(self.ctx, self.topics.stream_names(), topic=topic, at=int(skip_at),
+                              counts=self.ctx.counts)
 
     def wrap_steps(self) -> None:
         """Fail a stage's batch where ``FAULT_FAILURE`` says: its work done, before its output goes out

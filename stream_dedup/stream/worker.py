@@ -159,7 +159,7 @@ class Worker:
                                     capacity=e.bloom_capacity, fp_rate=e.bloom_fp_rate,
                                     partitions=settings.topics.partitions)
         self.guard = RebalanceGuard(ctx)
-        self.source = BatchSource(ctx, self.topics.stream_names())
+        self.source = self.batch_source()
         self.loop = AgentLoop(ctx, self.output)
         index_stage = IndexStage(BucketIndex(tb.index_data, window=e.window_ms, max_bucket=e.max_bucket),
                                  self.preparer.detectors)
@@ -172,6 +172,10 @@ class Worker:
         self.reporter = Reporter(ctx, self.filters, tb.budget, tb.names(), self.topics.status,
                                  self.topics.answers.get_topic_name())
         self.register()
+
+    def batch_source(self) -> BatchSource:
+        """Where the agents' batches come from (a test's worker may drop messages on purpose)."""
+        return BatchSource(self.ctx, self.topics.stream_names())
 
     # -- what runs in the app
     def register(self) -> None:

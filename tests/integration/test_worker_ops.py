@@ -432,7 +432,9 @@ def test_a_message_the_stream_skipped_unseen_holds_the_commit_back_and_is_read_a
     assert st["total_lag"] == 0, f"{st['text']}\n{workers.logs()}"
 
 
-@pytest.mark.parametrize("stage", ["prepare", "index", "decide"])
+# one agent loop serves the three stages (AgentLoop): `make test` runs one, `make test-long` all three
+@pytest.mark.parametrize("stage", [pytest.param("prepare", marks=pytest.mark.long), "index",
+                                   pytest.param("decide", marks=pytest.mark.long)])
 def test_an_agent_that_raises_holds_its_batch_and_the_restart_replays_it(kafka_settings, tmp_path, stage):
     """An exception in an agent's batch (a bug, a failed delivery) must not lose the batch. Left to
     Faust, the agent is restarted in the same process with the batch acked and so committed without
@@ -470,7 +472,8 @@ def test_an_agent_that_raises_holds_its_batch_and_the_restart_replays_it(kafka_s
     assert workers.restarts[:1] == [("w0", 70)], workers.logs()
 
 
-@pytest.mark.parametrize("stage", ["prepare", "index", "decide"])
+@pytest.mark.parametrize("stage", [pytest.param("prepare", marks=pytest.mark.long), pytest.param("index", marks=pytest.mark.long),
+                                   "decide"])
 def test_a_document_that_fails_every_time_is_quarantined_and_the_rest_goes_on(kafka_settings, tmp_path, stage):
     """A bug that one document trips fails its batch after every restart (``tests/faulty_worker.py``
     raises whenever the stage works on that document, in every process). Without quarantine that is
