@@ -135,8 +135,8 @@ class JiebaRs:
         go to rjieba in one call, joined by newlines: jieba-rs splits its input at the same
         newlines (not in its Han pattern, whose characters are a superset of jieba's), cuts each
         block as a call of its own would, and gives each newline back as a token, dropped here.
-        One call instead of one a block (50 in a news article) and no loop over the blocks in
-        Python: a news article's words in 147 µs instead of 168, an SMS's in 13.0 instead of 14.8."""
+        One call instead of one a block (dozens in a news article) and no loop over the blocks in
+        Python."""
         if _OTHER_WORD.search(text) is None:
             han = _HAN_BLOCK.findall(text)
             if not han:

@@ -24,8 +24,8 @@ def filter_memtable_misses(opts: Options) -> Options:
     Why: most index reads ask for a bucket that does not exist (5c2 keys: nearly every key of a new
     document), and the SST files' Bloom filters answer those cheaply, but a miss still searched the
     memtable's skip list, up to a million keys deep, with a cache miss per level. At 1M indexed
-    documents that search was most of a read (bench/index_scale.py, 5c2: 89 -> 54 µs per document,
-    against 44 µs at 10k). Not in the workers' bounded stores (``stream/rocks.py``): the filter is
+    documents that search was most of a read (``bench/index_scale.py``). Not in the workers'
+    bounded stores (``stream/rocks.py``): the filter is
     allocated with each memtable and charged to the write-buffer budget, and 18 small partitions'
     filters would take most of a small budget and flush each other."""
     opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO)
@@ -55,8 +55,8 @@ class KVStore(MutableMapping):
         filter_memtable_misses(opts)
         # Any: rocksdict's stubs type keys and values as its default mode's union; raw mode is bytes only
         self._db: Any = Rdict(str(self.path), opts)
-        # No write-ahead log. Why: it made a write cost 3.2 instead of 1.4 µs, and a news article
-        # makes about 30 (its band buckets), so the log was about half of `scan`'s judge stage. It
+        # No write-ahead log. Why: it more than doubled a write's cost, and a news article makes
+        # about 30 (its band buckets), so the log was about half of `scan`'s judge stage. It
         # buys nothing here: the decide state of an embedded run is the run's own (in memory, or
         # spilled to a folder deleted at close), so a run that dies leaves a state folder that
         # cannot be resumed with or without the log, and a clean ``close`` flushes the memtables

@@ -6,8 +6,8 @@ Faust's fetcher loop (``Consumer._drain_messages``) hands every fetched message 
 the callback, the flow event and the service's stopped and crashed events in four tasks, waits for
 the first, and cancels the other three. The callback (``Conductor.on_message``: look up the
 partition's channels, put the message in their queues) nearly always finishes without waiting,
-so the tasks are pure overhead: 27 µs a message in isolation, about 8 % of a worker's CPU at full
-speed on SMS, where every page event is one message.
+so the tasks are pure overhead, a noticeable share of a worker's CPU on SMS, where every page
+event is one message.
 
 ``wait_first`` below runs that callback's first step at once. When it finishes there (the queues
 had room) the result is returned as mode would have returned it, and no task is made. When it has

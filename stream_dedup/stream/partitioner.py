@@ -1,10 +1,9 @@
 """Kafka's default partitioner (murmur2 of the key, as the Java client and aiokafka), once per key.
 
-Why: aiokafka's ``murmur2`` walks the key byte by byte in Python (4-7 µs for a 20-byte document id
-on this machine), and a worker partitions every verdict's key twice, once for the verdicts topic
-and once for unique or duplicate. ``KeyHashes`` remembers the hashes of the last few thousand
-keys, so the second topic of a verdict costs a dict lookup (0.13 µs), and computes a new key's
-hash a word at a time (``murmur2``, 2.3 µs for the 20-byte id). Records keep the partition
+Why: aiokafka's ``murmur2`` walks the key byte by byte in Python, and a worker partitions every
+verdict's key twice, once for the verdicts topic and once for unique or duplicate. ``KeyHashes``
+remembers the hashes of the last few thousand keys, so the second topic of a verdict costs a dict
+lookup, and computes a new key's hash a word at a time (``murmur2``). Records keep the partition
 aiokafka (and Java) would give them: a compacted topic keeps one partition per key, whoever
 writes it.
 """
