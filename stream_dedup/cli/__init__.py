@@ -142,10 +142,17 @@ def reach_kafka(c: Ctx) -> None:
 @pass_ctx
 def worker(c: Ctx) -> None:
     """Run a Kafka stream worker. Start N of them (on N machines) to scale out."""
+    from ..stream.claims import Claimed, claim
     from ..stream.worker import run_worker
 
+    try:
+        lock = claim(c.settings)  # held while the worker runs
+    except Claimed as e:
+        click.echo(f"stream-dedup: {e}", err=True)
+        sys.exit(EXIT_USAGE)
     reach_kafka(c)
     run_worker(c.settings)
+    lock.close()
 
 
 @main.group()
