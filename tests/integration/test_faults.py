@@ -90,6 +90,7 @@ def test_sigkill_one_worker_without_restart(kafka_settings, tmp_path, events):
         "SIGKILL 1 of 3 workers, no restart")
 
 
+@pytest.mark.long  # make test covers a SIGKILL with the kills of one worker
 def test_sigkill_every_worker_at_once_then_restart(kafka_settings, tmp_path, events):
     def fault(w: Workers) -> None:
         for name in ("w0", "w1", "w2"):
@@ -101,6 +102,7 @@ def test_sigkill_every_worker_at_once_then_restart(kafka_settings, tmp_path, eve
     run(kafka_settings, tmp_path, events, fault, "SIGKILL all 3 workers, restart")
 
 
+@pytest.mark.long  # make test covers restores from the changelog in the rebalance tests
 def test_worker_loses_its_state_folder(kafka_settings, tmp_path, events):
     """Disk wiped: the worker comes back with no RocksDB files and rebuilds them from the changelogs."""
     def fault(w: Workers) -> None:
@@ -140,7 +142,8 @@ def test_slow_index_stage_under_sustained_load_builds_lag_then_catches_up(kafka_
     settings = kafka_settings
     settings.topics.partitions = 6
     apply(settings)
-    rate, slow_for = 100.0, 75  # 20,000 events: 200 s of sending, the first 75 s against the delay
+    # 20,000 events: 200 s of sending, the first 75 s against the delay (make test's 4,000: 40 s, 30 s)
+    rate, slow_for = 100.0, 75 if N >= 20_000 else 30
     workers = Workers(settings, tmp_path)
     samples: list[tuple[float, int]] = []  # (seconds since start, lag of the probes topic)
     try:

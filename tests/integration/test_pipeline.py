@@ -143,7 +143,7 @@ def stream_events(tmp_path):
     return labelled_stream(tmp_path, n_news=1800, n_sms=3400)
 
 
-@pytest.mark.parametrize("n_workers", [1, 3])
+@pytest.mark.parametrize("n_workers", [pytest.param(1, marks=pytest.mark.long), 3])
 def test_convergence_with_scan(kafka_settings, tmp_path, stream_events, n_workers):
     kafka_settings.topics.partitions = 6
     apply(kafka_settings)
