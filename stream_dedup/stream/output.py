@@ -16,6 +16,12 @@ from .context import WorkerContext
 Queued = dict[tuple[Any, int], list[bytes]]  # (topic, partition) -> encoded items
 
 
+def raw_topic(app: faust.App, name: str, partitions: int | None, compacted: bool = False) -> faust.TopicT:
+    """A topic of raw bytes keys and values, compacted or not."""
+    return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+                     partitions=partitions, compacting=compacted or None)
+
+
 @dataclass
 class Topics:
     """The worker's topics, as Faust topic objects with raw bytes keys and values."""
@@ -35,8 +41,7 @@ class Topics:
         t, n = settings.topics, settings.topics.partitions
 
         def topic(name: str, partitions: int | None = n, compacted: bool = False) -> faust.TopicT:
-            return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
-                             partitions=partitions, compacting=compacted or None)
+            return raw_topic(app, name, partitions, compacted)
 
         return cls(pages=topic(t.pages), dlq=topic(t.dlq, partitions=1),
                    verdicts=topic(t.verdicts, compacted=True), unique=topic(t.unique), duplicate=topic(t.duplicate),
@@ -44,11 +49,11 @@ class Topics:
                    answers=topic(f"{t.internal_prefix}.answers"),
                    status=topic(f"{t.internal_prefix}.status", partitions=1, compacted=True))
 
-    def changelog(self, app: faust.App, settings: Settings, table: str) -> faust.TopicT:
+    @staticmethod
+    def changelog(app: faust.App, settings: Settings, table: str) -> faust.TopicT:
         """A table's compacted changelog topic."""
-        return app.topic(f"{settings.topics.internal_prefix}.{table}-changelog", key_type=bytes, value_type=bytes,
-                         key_serializer="raw", value_serializer="raw", partitions=settings.topics.partitions,
-                         compacting=True)
+        return raw_topic(app, f"{settings.topics.internal_prefix}.{table}-changelog", settings.topics.partitions,
+                         compacted=True)
 
     def stream_names(self) -> set[str]:
         """The topics the agents read."""
@@ -71,8 +76,8 @@ class Output:
             self.sender = BulkSender(self.bulk_producer, self.guard.watch)
 
     def bulk_producer(self) -> Any:
-        """aiokafka's producer for the tables' bulk changelog writes; None under exactly-once."""
-        return internals.aiokafka_producer(self.ctx.app) if self.sender is not None else None
+        """aiokafka's producer, for the bulk sends (at least once only: ``sender`` is None otherwise)."""
+        return internals.aiokafka_producer(self.ctx.app)
 
     async def publish(self, topic: faust.TopicT, records: list[Record], partition: int | None = None) -> list:
         """Send records (key, value) in order; returns their delivery futures. The partition, when
