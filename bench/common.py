@@ -133,8 +133,8 @@ def checkouts(paths: list[Path]) -> list[Path]:
     """``--against``'s folders, resolved; exits when one is not a checkout of stream-dedup."""
     trees = [t.resolve() for t in paths]
     for t in trees:
-        if not (t / "stream_dedup" / "cli.py").is_file():
-            sys.exit(f"--against {t}: not a checkout of stream-dedup (no stream_dedup/cli.py)")
+        if not (t / "stream_dedup" / "__init__.py").is_file():
+            sys.exit(f"--against {t}: not a checkout of stream-dedup (no stream_dedup/__init__.py)")
     return trees
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from functools import lru_cache
 from typing import Callable
 
@@ -28,7 +29,10 @@ _PUNCT = {
     "“": '"', "”": '"', "„": '"', "‟": '"', "″": '"', "‘": "'", "’": "'", "‚": "'", "′": "'",
     "—": "-", "–": "-", "―": "-", "‐": "-", "‑": "-", "‒": "-", "−": "-", "～": "~", "〜": "~",
     "•": "·", "・": "·", "‧": "·", "●": "·", "◆": "·", "★": "*", "☆": "*",
-}
+    # stroke forms that look like punctuation, put between characters by spam (NFKC maps the
+    # Kangxi radicals to these), and the underscore: separators, not parts of words
+    "丶": "·", "丿": "·", "乀": "·", "乁": "·", "亅": "·", "丨": "|", "_": " ",
+} | {chr(c): "·" for c in range(0x31C0, 0x31F0)}
 
 
 def _char_folder(table: dict[str, str], common: tuple[str, ...] = ()) -> Callable[[str], str]:
@@ -132,6 +136,14 @@ def split_sentences(text: str) -> list[str]:
 
 _SKELETON_DROP = re.compile(rf"[^0-9a-z{_CJK}]+")
 _DIGITS = re.compile(r"[0-9]+")
+# Spans that vary from one copy of a campaign to the next, masked before the skeleton is cut:
+# links (with a scheme, www., or a bare host under a common top-level domain, as short links are)
+# and sender tags in brackets (normalize folds 【】 to []) of up to 12 characters.
+_VARYING = re.compile(
+    r"(?:https?://|www\.)[!-~]+"
+    r"|(?<![a-z0-9])[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:cn|com|net|org|cc|me|ly|io|top|xyz|vip|co|info|la|gd|im)"
+    r"(?:/[!-~]*)?(?![a-z0-9])"
+    r"|\[[^\[\]]{1,12}\]")
 # look-alike characters that spam uses to dodge keyword filters, folded to one letter or digit
 _fold_lookalike = _char_folder({"o": "0", "l": "1", "i": "1", "|": "1", "z": "2", "s": "5", "b": "8",
                                  "〇": "0", "零": "0", "壹": "1", "贰": "2", "叁": "3", "肆": "4", "伍": "5",
@@ -141,8 +153,28 @@ _fold_lookalike = _char_folder({"o": "0", "l": "1", "i": "1", "|": "1", "z": "2"
 def skeleton(normalized: str) -> str:
     """Letters, digits and CJK only, look-alikes folded, numbers as ``#``: the short-text view.
 
-    Spam campaigns insert dots, stars and spaces between characters, swap look-alike digits
-    and letters, and change phone numbers, prices and codes from one message to the next; the
-    skeleton removes all three, so that variants keep long common grams and the same words.
+    Spam campaigns insert dots, stars, spaces or other characters between characters, swap
+    look-alike digits and letters, tag the sender, and change phone numbers, prices, codes and links
+    from one message to the next; the skeleton removes all of these, so that variants keep long
+    common grams and the same words.
     """
-    return _DIGITS.sub("#", _fold_lookalike(_SKELETON_DROP.sub("", normalized)))
+    if "." in normalized or "[" in normalized:
+        normalized = _VARYING.sub(" ", normalized)
+    s = _SKELETON_DROP.sub("", normalized)
+    s = _drop_interleaved(s)
+    return _DIGITS.sub("#", _fold_lookalike(s))
+
+
+def _drop_interleaved(s: str) -> str:
+    """``s`` without a character that is put between the others: one that makes up at least a sixth
+    of a text of 12 or more characters, at least 4 times, and seldom next to itself (a run like
+    哈哈哈哈 is no filler; a filler meets itself only where punctuation between was dropped). No character of
+    real Chinese or English text is that frequent and that spread out (的 is about 4% of Chinese
+    text); a filler a spammer repeats between characters is."""
+    n = len(s)
+    if n < 12:
+        return s
+    ((c, k),) = Counter(s).most_common(1)
+    if k < 4 or k * 6 < n or 4 * s.count(c + c) > k or c.isdigit():
+        return s
+    return s.replace(c, "")

@@ -46,6 +46,9 @@ def build_detectors(settings: "Settings", tokenizer: "WordTokenizer", idf: "IdfT
             out.append(NgramDetector(tokenizer, m=settings.ngram.m, w=settings.ngram.w,
                                      threshold=settings.ngram.threshold,
                                      edit_threshold=settings.ngram.edit_threshold,
+                                     containment=settings.ngram.containment,
+                                     min_contained=settings.ngram.min_contained,
+                                     contained_ratio=settings.ngram.contained_ratio,
                                      max_chars=short + short // 2 if auto else None))
         elif name == "imatch":
             i = settings.imatch

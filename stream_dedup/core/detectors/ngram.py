@@ -12,12 +12,19 @@ w + m - 1 characters yields a common key, and a text of n grams emits about 2n /
 w = 12 (a common 15-character run shares a key): on the development benchmark it finds the same SMS
 copies as w = 8 with 4.6 keys per message instead of 6.6, and in the workers every key is a bucket
 write and a changelog message.
-Verify: Jaccard similarity of the jieba word sets of the two skeletons >= threshold, and
-(unless ``edit_threshold`` is 0) normalized Levenshtein similarity of the skeletons >=
-edit_threshold: a reworded question shares its words with the original but not their order, a
-copy shares both. The cheap tests go first: lengths (edit similarity <= shorter / longer), then
-the edit similarity (C), then the word sets, so most candidates of a common key are turned down
-on their lengths.
+Verify, two tests; either makes a match:
+* a copy: Jaccard similarity of the jieba word sets of the two skeletons >= threshold, and (unless
+  ``edit_threshold`` is 0) normalized Levenshtein similarity of the skeletons >= edit_threshold: a
+  reworded question shares its words with the original but not their order, a copy shares both.
+  The cheap tests go first: lengths (edit similarity <= shorter / longer), then the edit
+  similarity (C), then the word sets.
+* a copy with additions (``containment``): what a campaign copy is, most of the original's text,
+  in order, with a sender tag, a tail, inserted or changed characters. The share of the shorter
+  skeleton (numbers left out) found in the longer as a common subsequence, or as character pairs for
+  clauses moved around. A shorter text under ``min_contained`` characters must be contained
+  whole, with at most half as much again added; under 8 characters, never ("好的", "收到").
+Keys stay winnowed: indexing every gram found 0.2% more of the campaign benchmark's copies
+(``bench/spam_edits.py``) at three to four times the cost per message.
 
 Payload: the count of the skeleton's distinct words (2 bytes), their 32-bit mmh3 hashes, sorted,
 then the skeleton. The words are found when the text is sketched, in the stateless stage that
@@ -35,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import mmh3
 import numpy as np
-from rapidfuzz.distance import Levenshtein
+from rapidfuzz.distance import LCSseq, Levenshtein
 
 from ..hashing import shingle_hashes, shingle_hashes_list, shingle_hashes_many
 from ..text import skeleton
@@ -54,6 +61,9 @@ SHORT_TEXT = 36
 # a large one less); a steady trickle of input brings batches of a few
 SMALL_BATCH = 8
 _COUNT = struct.Struct(">H")
+# a shorter text of this many skeleton characters (numbers left out) up to ``min_contained`` is a
+# copy with additions only when it is contained whole
+WHOLE_CONTAINED = 8
 
 
 def winnow(hashes: np.ndarray, w: int) -> list[int]:
@@ -127,12 +137,16 @@ class NgramDetector(Detector):
     code = 2
 
     def __init__(self, tokenizer: "WordTokenizer", *, m: int = 4, w: int = 12, threshold: float = 0.7,
-                 edit_threshold: float = 0.8, max_chars: int | None = None):
+                 edit_threshold: float = 0.8, containment: float = 0.85, min_contained: int = 16,
+                 contained_ratio: float = 0.5, max_chars: int | None = None):
         self.tokenizer = tokenizer
         self.m = m
         self.w = w
         self.threshold = threshold
         self.edit_threshold = edit_threshold
+        self.containment = containment
+        self.min_contained = min_contained
+        self.contained_ratio = contained_ratio
         self.max_chars = max_chars
         # cached: a probe verifies its own payload against every candidate, and a campaign's
         # original is verified against every later copy (a payload's words are decoded, or for a
@@ -199,6 +213,13 @@ class NgramDetector(Detector):
 
     def verify(self, a: bytes, b: bytes) -> Match | None:
         ska, skb = self._skeleton_cached(a), self._skeleton_cached(b)
+        m = self._copy(a, b, ska, skb)
+        if m is None and self.containment:
+            m = self._contained(ska, skb)
+        return m
+
+    def _copy(self, a: bytes, b: bytes, ska: str, skb: str) -> Match | None:
+        """Copies of one text: the same words (Jaccard) in about the same order (edit similarity)."""
         la, lb = len(ska), len(skb)
         if self.edit_threshold:
             # edit distance >= the length difference, so similarity <= shorter / longer
@@ -212,3 +233,31 @@ class NgramDetector(Detector):
         if jac < self.threshold:
             return None
         return Match(jac)
+
+    def _contained(self, ska: str, skb: str) -> Match | None:
+        """A copy with additions (a sender tag, an opt-out or contact tail, inserted or changed
+        characters): most of the shorter skeleton's characters in the longer in order (their longest
+        common subsequence), or, for clauses moved around, most of its character pairs found in the longer.
+        Only for a shorter text of ``min_contained`` characters or more and at least
+        ``contained_ratio`` of the longer's length, so that a short phrase ("好的", a greeting) is
+        never a copy of every text that contains it."""
+        if "#" in ska or "#" in skb:  # numbers vary inside a campaign and say little about the text
+            ska, skb = ska.replace("#", ""), skb.replace("#", "")
+        short, long = (ska, skb) if len(ska) <= len(skb) else (skb, ska)
+        n = len(short)
+        if n < WHOLE_CONTAINED or n < self.contained_ratio * len(long):
+            return None
+        if n < self.min_contained and 2 * len(long) > 3 * n:  # a short text with as much again added is a new one
+            return None
+        need = self.containment * n if n >= self.min_contained else n
+        # at least a third in order (of three clauses moved around, the longest stays), else no copy
+        lcs = LCSseq.similarity(short, long, score_cutoff=(n + 2) // 3)
+        if lcs >= need:
+            return Match(round(lcs / n, 4))
+        if not lcs:
+            return None
+        grams = {short[i:i + 2] for i in range(n - 1)}
+        found = sum(1 for g in grams if g in long)
+        if found >= (self.containment if n >= self.min_contained else 1.0) * len(grams):
+            return Match(round(found / len(grams), 4))
+        return None

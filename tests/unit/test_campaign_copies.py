@@ -1,0 +1,100 @@
+"""Spam-campaign copies of real SMS: the edits spammers make, and the short texts that must stay apart."""
+import json
+
+import opencc
+import pytest
+
+from stream_dedup.config import Settings
+from stream_dedup.core.engine import Engine
+from stream_dedup.core.stages import Preparer
+from stream_dedup.core.text import normalize, skeleton
+from tests.conftest import shared_data
+
+
+@pytest.fixture(scope="module")
+def prep():
+    return Preparer(Settings())
+
+
+@pytest.fixture(scope="module")
+def ngram(prep):
+    return next(d for d in prep.detectors if d.name == "ngram")
+
+
+@pytest.fixture(scope="module")
+def spam():
+    """Real spam messages of 20 to 80 characters from the shared SMS corpus (masked digits filled)."""
+    out = []
+    for line in shared_data("sms/sms_spam_zh.jsonl").open(encoding="utf-8"):
+        r = json.loads(line)
+        text = r["text"].strip().replace("x", "7")
+        if r["label"] == 1 and 20 <= len(text) <= 80 and text not in out:
+            out.append(text)
+        if len(out) == 60:
+            return out
+    pytest.skip("too few spam messages in the corpus")
+
+
+S2T = opencc.OpenCC("s2t")
+EDITS = {
+    "brand tag": lambda t: "【招商银行】" + t,
+    "opt-out tail": lambda t: t + "，回TD退订",
+    "hotline and short link": lambda t: t + " 详询400-820-1234 戳 t.cn/A6xYz9Q",
+    "dots between characters": lambda t: ".".join(t),
+    "stroke filler between characters": lambda t: "".join(c + ("丶" if i % 3 == 0 else "") for i, c in enumerate(t)),
+    "a letter between characters": lambda t: "".join(c + ("q" if i % 2 == 0 else "") for i, c in enumerate(t)),
+    "full-width digits": lambda t: "".join(chr(ord(c) + 0xFEE0) if c.isdigit() else c for c in t),
+    "traditional characters": lambda t: S2T.convert(t),
+    "tag, tail and dots together": lambda t: "【美团外卖】" + "*".join(t) + "回T退订 dwz.cn/k3j9a",
+    "last fifth cut off": lambda t: t[:len(t) * 4 // 5],
+}
+
+
+def judged_as_copy(ngram, prep, a: str, b: str) -> bool:
+    da = prep.document({"id": "a", "text": a, "ts": 1})
+    db = prep.document({"id": "b", "text": b, "ts": 2})
+    sa, sb = ngram.sketch(da), ngram.sketch(db)
+    return bool(set(sa.keys) & set(sb.keys)) and ngram.verify(sa.payload, sb.payload) is not None
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_each_campaign_edit_of_real_spam_is_found(ngram, prep, spam, edit):
+    found = sum(judged_as_copy(ngram, prep, t, EDITS[edit](t)) for t in spam)
+    assert found >= 0.95 * len(spam), f"{edit}: {found} of {len(spam)} copies found"
+
+
+def test_different_spam_messages_stay_apart(ngram, prep, spam):
+    wrong = [(a, b) for a, b in zip(spam, spam[1:]) if judged_as_copy(ngram, prep, a, b)]
+    assert not wrong
+
+
+def test_the_skeleton_masks_what_varies_inside_a_campaign():
+    assert skeleton(normalize("【京东】您的订单已发货")) == skeleton(normalize("您的订单已发货"))
+    assert skeleton(normalize("点击 https://dwz.cn/ab12c 领取")) == "点击领取"
+    assert skeleton(normalize("戳 t.cn/A6xYz9 看看")) == "戳看看"
+    assert skeleton(normalize("女丶人节来到丶丶沙市")) == "女人节来到沙市"
+    assert skeleton(normalize("女x人x节x来x到x沙x市x特x惠")) == "女人节来到沙市特惠"
+    # a repeated character that is not put between others stays, and so do version numbers
+    assert skeleton(normalize("哈哈哈哈哈哈哈哈哈哈哈哈")) == "哈哈哈哈哈哈哈哈哈哈哈哈"
+    assert skeleton(normalize("版本1.2.3发布")) == "版本#发布"
+
+
+def test_short_everyday_messages_do_not_merge_beyond_exact_copies():
+    texts = ["好的", "在吗", "收到", "好的，明天见", "在吗？我到楼下了", "收到，谢谢", "好的好的", "收到收到，马上到",
+             "我明天下午三点到", "我明天下午三点到北京，你来接我吗", "好的"]
+    with Engine(Settings()) as engine:
+        for i, t in enumerate(texts):
+            engine.process({"id": str(i), "text": t, "ts": i})
+        dups = {v.id: v.duplicate_of for v in engine.verdicts() if v.verdict == "duplicate"}
+    assert dups == {"10": "0"}  # only the second "好的"
+
+
+def test_question_pairs_that_differ_in_meaning_are_rarely_called_copies(ngram, prep):
+    """LCQMC's non-paraphrase pairs share most of their characters ("…怎么切" / "…怎么吃"); a char
+    3-gram MinHash at Jaccard 0.3 calls about a third of them duplicates."""
+    pairs = [json.loads(x) for x in shared_data("pairs/LCQMC_dev.jsonl").open(encoding="utf-8")]
+    negatives = [p for p in pairs if p["label"] == 0][:2000]
+    called = sum(prep.document({"id": "a", "text": p["text1"], "ts": 1}).digest
+                 == prep.document({"id": "b", "text": p["text2"], "ts": 2}).digest
+                 or judged_as_copy(ngram, prep, p["text1"], p["text2"]) for p in negatives)
+    assert called <= 0.035 * len(negatives), f"{called} of {len(negatives)}"
