@@ -30,7 +30,7 @@ class Deduper:
 
         settings = config if isinstance(config, Settings) else load_settings(config)
         forget = None if forget_windows is None else max(1, int(forget_windows * settings.engine.window_ms))
-        self.engine = Engine(settings, state_dir, forget_after=forget)
+        self.engine = Engine(settings, state_dir, forget_after=forget, clock=clock)
         self._clock = clock
         self._last_ts = 0
         self._revised: list = []

@@ -148,6 +148,9 @@ class StructureSettings(_Section):
 class EngineSettings(_Section):
     detectors: Annotated[list[str] | Literal["auto"], Meta(description="detectors to run, or auto: ngram for short texts, simhash for long ones")] = "auto"
     window_ms: Annotated[int, Meta(gt=0, description="event-time window of exact and near state")] = 7 * 24 * 3600 * 1000
+    max_future_ms: Annotated[int, Meta(ge=0, description="an event whose ts is further than this ahead of its record's broker "
+        "timestamp (workers) or of the clock (scan, Deduper) goes to the dead-letter topic as bad_ts: it would move the "
+        "window past every other document (0 = no bound)")] = 24 * 3600 * 1000
     bloom_capacity: Annotated[int, Meta(gt=0, description="distinct documents per window (whole stream) the Bloom filters are sized for; "
                                 "each exact partition gets capacity / topics.partitions")] = 1_000_000
     bloom_fp_rate: Annotated[float, Meta(gt=0, lt=1, description="target false-positive rate of the decaying Bloom filter (the digest store confirms every hit)")] = 0.01

@@ -69,7 +69,7 @@ _worker_preparer: list[Preparer] = []  # the preparer of a ``--jobs`` pool proce
 
 def _init_worker(settings: Settings) -> None:
     _yield_to_judging()
-    _worker_preparer[:] = [Preparer(settings)]  # forked: jieba and the IDF table are already loaded
+    _worker_preparer[:] = [Preparer(settings, clock=time.time)]  # forked: jieba and the IDF table are already loaded
 
 
 PREPARE_NICENESS = 5
@@ -182,7 +182,7 @@ def _file_worker(settings: Settings, path: str, worker: int, jobs: int, size: in
             other.close()  # only the judging process may hold another process's pipe: EOF means death
         if worker == 0:  # the ones it forks inherit its niceness: lowering it again would add up
             _yield_to_judging()
-        preparer = Preparer(settings)
+        preparer = Preparer(settings, clock=time.time)
         preparer.warm(html=False)
         child = os.fork() if worker + 1 < jobs else None
         if child == 0:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 ZW = "\u200b\u200c\u200d\ufeff\u2060"
 PLANES = "".join(chr(c) for c in (0x41, 0xE9, 0x4E2D, 0x1F600, 0x20000, 0x30000, 0xE0001, 0xF0000, 0x10FFFD))
@@ -36,6 +37,8 @@ def nasty_events() -> list[tuple[str, bytes]]:
     out.append(("ts-inf", b'{"id": "nasty-ts-inf", "text": "x", "ts": 1e999}'))
     ev("ts-negative", text="负时间戳的文本内容", ts=-5)
     ev("ts-huge", text="x", ts=10**30)
+    ev("ts-next-year", text="明年今日的新闻", ts=int(time.time() * 1000) + 365 * 24 * 3600 * 1000)  # past max_future_ms
+    out.append(("id-5000-digits", b'{"id": ' + b"7" * 5000 + b', "text": "x", "ts": 1}'))
     ev("rank-string", text="x", rank="high")
     ev("bool-id-text", text=True)
     out.append(("bool-id", json.dumps({"id": True, "text": "x"}).encode()))

@@ -59,6 +59,7 @@ class Limits:
     max_bytes: int = 8 * 1024 * 1024
     max_chars: int = 2_000_000
     max_html_depth: int = 200
+    max_future_ms: int = 0  # 0: no bound (see ``validate``'s ``now``)
 
 
 # msgspec's JSON decoder, several times faster than the UTF-8 decode and ``json.loads``
@@ -70,7 +71,8 @@ def parse_event(raw: bytes | str | dict, limits: Limits = Limits()) -> dict:
 
     msgspec decodes first; whatever it refuses (NaN, a lone surrogate escape, an integer past its
     range, any malformed input) or decodes to other than an object goes through the standard
-    library, whose answer stands, so the events accepted and the reasons given are ``json.loads``'s:
+    library, whose answer stands, so the events accepted and the reasons given are ``json.loads``'s
+    (except an integer too long for ``int``: a ``HugeInt``, rejected for the field that holds it):
     where msgspec decodes an object, it is the object ``json.loads`` gives
     (``tests/unit/test_bad_input.py`` holds the cases)."""
     if isinstance(raw, dict):
@@ -90,7 +92,7 @@ def parse_event(raw: bytes | str | dict, limits: Limits = Limits()) -> dict:
         except UnicodeDecodeError as e:
             raise Rejected("bad_utf8", str(e)) from None
     try:
-        obj = json.loads(raw)
+        obj = json.loads(raw, parse_int=_parse_int)
     except RecursionError:
         raise Rejected("not_json", "nested too deeply") from None
     except ValueError as e:
@@ -98,6 +100,31 @@ def parse_event(raw: bytes | str | dict, limits: Limits = Limits()) -> dict:
     if not isinstance(obj, dict):
         raise Rejected("not_object", f"expected a JSON object, got {type(obj).__name__}")
     return obj
+
+
+class HugeInt:
+    """An integer literal longer than Python converts (``sys.get_int_max_str_digits``, 4,300 digits):
+    valid JSON, so the event is parsed and the field that holds it is the one rejected."""
+
+    def __init__(self, literal: str):
+        self.literal = literal
+        self.digits = len(literal.lstrip("-"))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HugeInt) and other.literal == self.literal
+
+    def __hash__(self) -> int:
+        return hash(self.literal)
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.digits} digits"
+
+
+def _parse_int(literal: str) -> int | HugeInt:
+    try:
+        return int(literal)
+    except ValueError:
+        return HugeInt(literal)
 
 
 def _str_field(event: dict, name: str) -> str | None:
@@ -109,13 +136,20 @@ def _str_field(event: dict, name: str) -> str | None:
     return v
 
 
-def validate(event: dict, default_ts: int | None = None, limits: Limits = Limits()) -> tuple[str, int, str, str]:
-    """Check the event against the page-event contract; return (id, ts, kind, body)."""
+def validate(event: dict, default_ts: int | None = None, limits: Limits = Limits(),
+             now: int | None = None) -> tuple[str, int, str, str]:
+    """Check the event against the page-event contract; return (id, ts, kind, body).
+
+    ``now``: the time the event's ts is checked against (its record's broker timestamp, or the
+    clock): a ts more than ``limits.max_future_ms`` ahead of it is rejected, since a document
+    far in the future would move the event-time window past every other one."""
     if "id" not in event or event["id"] is None:
         raise Rejected("missing_id", "the event has no id")
     ident = event["id"]
     if isinstance(ident, float) and ident.is_integer():
         ident = int(ident)  # JSON Schema counts 3.0 as an integer; so do we
+    if isinstance(ident, HugeInt):
+        raise Rejected("bad_id", f"id is {ident!r}; an id has 1 to 1024 characters")
     if isinstance(ident, bool) or not isinstance(ident, (str, int)):
         raise Rejected("bad_id", f"id must be a string or integer, got {type(ident).__name__}")
     ident = str(ident)
@@ -145,6 +179,9 @@ def validate(event: dict, default_ts: int | None = None, limits: Limits = Limits
         ts = default_ts
     elif isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or abs(ts) > 2**62:
         raise Rejected("bad_ts", f"ts must be a finite number of epoch milliseconds, got {ts!r}")
+    if now is not None and limits.max_future_ms and ts > now + limits.max_future_ms:
+        raise Rejected("bad_ts", f"ts {int(ts)} is {int(ts - now)} ms ahead of {now}, more than engine.max_future_ms "
+                                 f"({limits.max_future_ms})")
     rank = event.get("rank")
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, (int, float)) or not math.isfinite(rank)):
         raise Rejected("bad_rank", "rank must be a finite number")

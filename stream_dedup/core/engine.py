@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from .exact import ExactStore
 from .index import BucketIndex
@@ -31,7 +32,7 @@ class Engine:
     SWEEP_EVERY_WINDOWS = 0.5  # how far past the window an entry may be before a sweep (``expire``)
 
     def __init__(self, settings: "Settings", state_dir: str | Path | None = None, *, most_docs: int | None = None,
-                 forget_after: int | None = None):
+                 forget_after: int | None = None, clock: Callable[[], float] = time.time):
         """``most_docs``: an upper bound on the documents this engine will see, when the caller knows
         one (``scan`` of a file: its lines). A fresh engine then sizes its Bloom filter for no more
         than that: the configured capacity (1M documents, 38 MB) is touched at random, a page fault
@@ -42,7 +43,10 @@ class Engine:
         that left memory are forgotten between this long and half as long again after they left it
         or were last written there (``store.Generations``), as the workers' tables forget theirs.
         The ``Deduper`` sets it (it may run for months); ``scan`` does not (it writes every
-        document's final verdict at the end of its file)."""
+        document's final verdict at the end of its file).
+
+        ``clock`` (seconds): an event's ts more than ``engine.max_future_ms`` ahead of it is rejected
+        (bad_ts)."""
         self.settings = settings
         self._tmp = None
         if state_dir is None:
@@ -50,7 +54,7 @@ class Engine:
             state_dir = self._tmp.name
         self.state_dir = Path(state_dir)
         self.window = settings.engine.window_ms
-        self.preparer = Preparer(settings)
+        self.preparer = Preparer(settings, clock=clock)
         self.exact_kv = Buffered(KVStore(self.state_dir / "exact"))
         self.index_kv = Buffered(KVStore(self.state_dir / "index"))
         capacity = settings.engine.bloom_capacity

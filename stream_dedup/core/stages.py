@@ -37,11 +37,15 @@ SNIPPET_CHARS = 60
 class Preparer:
     """Stateless: validate, normalize, fingerprint with every detector that applies."""
 
-    def __init__(self, settings: "Settings"):
+    def __init__(self, settings: "Settings", *, clock: Callable[[], float] | None = None):
+        """``clock`` (seconds, as ``time.time``): check an event's ts against it (``scan``, the
+        ``Deduper``), not against the ``default_ts`` it comes with (a worker's: the record's broker
+        timestamp)."""
         t = settings.text
         self.settings = settings
+        self.clock = clock
         self.limits = Limits(max_bytes=max(t.max_chars * 4, 1 << 20), max_chars=t.max_chars,
-                             max_html_depth=t.max_html_depth)
+                             max_html_depth=t.max_html_depth, max_future_ms=settings.engine.max_future_ms)
         hashing.set_cache_size(t.token_cache)
         tokenize.set_cache_size(t.token_cache)
         self.tokenizer = WordTokenizer.from_settings(t)
@@ -67,7 +71,8 @@ class Preparer:
 
     def document(self, raw: bytes | str | dict, default_ts: int | None = None) -> Doc:
         event = parse_event(raw, self.limits)
-        ident, ts, kind, body = validate(event, default_ts, self.limits)
+        now = int(self.clock() * 1000) if self.clock is not None else default_ts
+        ident, ts, kind, body = validate(event, default_ts, self.limits, now)
         return make_doc(ident, ts, kind, body, title=event.get("title"), rank=event.get("rank"),
                         t2s=self.settings.text.traditional_to_simplified, limits=self.limits)
 

@@ -268,6 +268,10 @@ def test_nasty_input_through_a_worker_ends_in_verdicts_or_dead_letters(kafka_set
     assert all(r["reason"] and r["original_b64"] is not None for r in d)
     reasons = {r["reason"] for r in d}
     assert {"not_json", "bad_utf8", "html_too_deep", "bad_id", "empty_text"} <= reasons, reasons
+    by_original = {base64.b64decode(r["original_b64"]): r["reason"] for r in d}
+    named = dict(corpus)
+    assert by_original[named["ts-next-year"]] == "bad_ts"  # a year ahead of its record's timestamp
+    assert by_original[named["id-5000-digits"]] == "bad_id"
     cut = [r for r in d if r["original_truncated"]]
     assert [r["original_bytes"] for r in cut] == [len(big)] and cut[0]["reason"] == "bad_utf8"
     kept = base64.b64decode(cut[0]["original_b64"])

@@ -55,6 +55,7 @@ def test_nasty_corpus_every_event_gets_a_verdict_or_a_reason():
     assert outcomes["ts-nan"] == "not_json" or outcomes["ts-nan"] == "bad_ts"
     assert outcomes["dup-id-b"] == "id_conflict"
     assert outcomes["float-id"] == "bad_id" and outcomes["rank-string"] == "bad_rank"
+    assert outcomes["ts-next-year"] == "bad_ts" and outcomes["id-5000-digits"] == "bad_id"
     for name in ("every-plane", "control-chars", "zero-width-inside", "bidi", "html-giant-attr", "html-unclosed",
                  "extra-fields", "ts-negative"):
         assert outcomes[name] == "verdict", (name, outcomes[name])
@@ -91,13 +92,16 @@ def test_produce_keys_every_nasty_line_by_its_id_or_not_at_all():
 
 def _stdlib_parse(raw: bytes) -> dict | tuple[str, str]:
     """The events ``json.loads`` accepts and the reason for the others, as ``parse_event`` gave them
-    before msgspec decoded first: the answer it must still give."""
+    before msgspec decoded first: the answer it must still give (an integer too long for ``int``
+    is parsed, as ``HugeInt``, for the field holding it to be rejected)."""
+    from stream_dedup.core.document import _parse_int
+
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return ("rejected", "bad_utf8")
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_int=_parse_int)
     except (RecursionError, ValueError):
         return ("rejected", "not_json")
     return obj if isinstance(obj, dict) else ("rejected", "not_object")
@@ -137,3 +141,14 @@ def test_parse_event_accepts_and_rejects_as_json_loads_does(raw):
 def test_parse_event_agrees_with_json_loads_on_fuzzed_input(raw):
     got, want = _parsed(raw), _stdlib_parse(raw)
     assert repr(got) == repr(want)  # not ==: a NaN inside is not equal to itself
+
+
+@pytest.mark.parametrize("field,reason", [("id", "bad_id"), ("ts", "bad_ts"), ("text", "bad_text"), ("rank", "bad_rank")])
+def test_an_integer_of_5000_digits_is_rejected_for_its_field_not_as_not_json(field, reason):
+    event = {"id": "a", "text": "短信内容", "ts": 1, field: 0}
+    raw = json.dumps(event).replace(f'"{field}": 0', f'"{field}": {"9" * 5000}').encode()
+    with pytest.raises(Rejected) as e:
+        Preparer(Settings()).prepare(raw, None)
+    assert e.value.reason == reason
+    if field == "id":
+        assert "5000 digits" in e.value.detail
