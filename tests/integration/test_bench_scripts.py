@@ -119,6 +119,12 @@ def _html_quality(d: dict) -> None:
     assert default["should"] > 0 and default["recall"] > 0.5 and default["same_site_fp"] == 0, default
 
 
+def _spam_edits(d: dict) -> None:
+    held = {r["held_out"]: r for r in d["leave_one_class_out"]}
+    assert len(held) == 13 and all(r["recall"] > 0.8 for r in held.values()), held
+    assert any(row[0].startswith("rensa") for row in d["whole"]), d["whole"]
+
+
 PURE: list[tuple[str, list[str], str, Callable[[dict], None]]] = [
     ("quality.py", ["--repeat", "1"], "quality", _quality),
     ("stages.py", ["--repeat", "1"], "stages", _stages),
@@ -131,6 +137,8 @@ PURE: list[tuple[str, list[str], str, Callable[[dict], None]]] = [
     ("index_scale.py", ["--sizes", "1000", "2000"], "index_scale", _index_scale),
     ("segmenters.py", ["--speed-docs", "50"], "segmenters", _segmenters),
     ("html_quality.py", ["--per-page", "1"], "html_quality", _html_quality),
+    ("spam_edits.py", ["--originals", "150", "--ham", "500", "--grid", "0.8", "0.85", "--peers"], "spam_edits",
+     _spam_edits),
 ]
 
 
