@@ -115,7 +115,7 @@ class Engine:
             v = self.decide.apply(queue.pop())
             if v:
                 verdicts.append(v)
-            queue.extend(reversed(self.decide.outbox))  # cluster joins/leaves, as the workers route them
+            queue.extend(reversed(self.decide.outbox))  # cluster and chain messages, as the workers route them
         self._advance(prepared.ts)
         return verdicts
 

@@ -256,6 +256,9 @@ class DocStates(MutableMapping):
         return len(self.data)
 
 
+MAX_CHILDREN = 10_000  # documents whose match one document records (see ``DecideStage._tree``)
+
+
 @dataclass
 class DecideStage:
     """Per document: gather the stages' word into a verdict; per original: keep its cluster.
@@ -293,9 +296,10 @@ class DecideStage:
         # come from different agents, in any order: a record published before the original's ts,
         # rank or text were known goes out again once they are (else it can name a lower-ranked member).
         clustered = st.cluster() if st.members or st.extra else None
-        if st.ts is None:
+        if st.ts is None and msg.ts is not None:
             st.ts = msg.ts
         before = st.emitted[2] if st.emitted else None  # duplicate_of of the last verdict emitted
+        parent, reported = self._parent(st), st.reported()
         if msg.kind == "expect":
             st.expected = msg.expected
             if msg.rank is not None:
@@ -309,21 +313,64 @@ class DecideStage:
             st.offer(msg.cand)
         elif msg.kind == "offer":
             st.offer(msg.cand)
+        elif msg.kind in ("link", "unlink", "root"):
+            self._tree(st, msg, reported)
         else:
             raise ValueError(f"unknown decide message {msg.kind!r}")
+        links = []
+        match = self._parent(st)
+        if match != parent:  # its match changed: ask the new one for the cluster's original
+            st.root = None
+            if parent is not None:
+                links.append(ToDecide("unlink", parent, None, member=[st.id]))
+            if match is not None:
+                links.append(ToDecide("link", match, None, member=[st.id]))
         v = st.step()
         if v is not None and v.duplicate_of != before:
             if before is not None:
                 self.outbox.append(ToDecide("leave", before, None, member=[st.id, st.ts, st.rank]))
             if v.duplicate_of is not None:
                 self.outbox.append(ToDecide("join", v.duplicate_of, None, member=[st.id, st.ts, st.rank]))
+        # after the joins: the answer to a link can move this document on, and its leave must find
+        # the join it undoes (both go to the same document, in this order)
+        self.outbox.extend(links)
+        now = st.reported()
+        if now is not None and now != reported:  # the documents that matched this one follow it
+            self.outbox.extend(ToDecide("root", child, None, member=[*now, st.id]) for child in st.children)
         if clustered is not None:
-            now = st.cluster()
-            if now != clustered:
-                self.cluster = now
+            now_cluster = st.cluster()
+            if now_cluster != clustered:
+                self.cluster = now_cluster
         self._store(msg.id, st)
         self.last = st
         return v
+
+    @staticmethod
+    def _parent(st: DocState) -> str | None:
+        """The document this one matched (its earliest match), once every answer is in."""
+        best = st.best
+        return best.id if best is not None and st.answered_all else None
+
+    def _tree(self, st: DocState, msg: ToDecide, reported: list | None) -> None:
+        """Whole clusters: a duplicate names its cluster's original, the root of the chain of earliest
+        matches (A <- B <- C: C names A although it does not match A). A document links to its
+        match, which answers with the original it reports and tells its linked documents again
+        whenever that changes (``reported``). Every match is earlier than the document, so the chains
+        end, and the originals they settle on depend only on the set of documents."""
+        assert msg.member is not None
+        if msg.kind == "link":
+            child = msg.member[0]
+            if child not in st.children and len(st.children) < MAX_CHILDREN:
+                st.children.append(child)
+            if reported is not None:
+                self.outbox.append(ToDecide("root", child, None, member=[*reported, st.id]))
+        elif msg.kind == "unlink":
+            if msg.member[0] in st.children:
+                st.children.remove(msg.member[0])
+        else:  # root: [ts, id] of the original, and who reports it
+            rts, rid, sender = msg.member
+            if self._parent(st) == sender and st.ts is not None and (rts, rid) < (st.ts, st.id):
+                st.root = [rts, rid]
 
     def _membership(self, st: DocState, msg: ToDecide) -> None:
         assert msg.member is not None

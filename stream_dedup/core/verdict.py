@@ -55,14 +55,18 @@ class Verdict:
     distance: int | None
     ts: int
     revision: int
+    via: str | None = None  # the document it matched, when that is not its cluster's original
 
     def key(self) -> tuple:
-        return (self.verdict, self.match, self.duplicate_of, self.detector, self.similarity, self.distance)
+        return (self.verdict, self.match, self.duplicate_of, self.detector, self.similarity, self.distance, self.via)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "verdict": self.verdict, "match": self.match, "duplicate_of": self.duplicate_of,
-                "detector": self.detector, "similarity": self.similarity, "distance": self.distance,
-                "ts": self.ts, "revision": self.revision}
+        d = {"id": self.id, "verdict": self.verdict, "match": self.match, "duplicate_of": self.duplicate_of,
+             "detector": self.detector, "similarity": self.similarity, "distance": self.distance,
+             "ts": self.ts, "revision": self.revision}
+        if self.via is not None:
+            d["via"] = self.via
+        return d
 
 
 @dataclass
@@ -79,6 +83,11 @@ class DocState:
     members: dict[str, list] = field(default_factory=dict)  # duplicate id -> [ts, rank] (see Cluster)
     extra: int = 0  # members beyond MAX_MEMBERS, counted only
     snippet: str = ""  # start of the text, for cluster records
+    # Whole clusters: ``root`` is [ts, id] of the cluster's original as this document's match (its
+    # parent) last reported it; ``children`` the documents whose match this one is, told when the
+    # original it reports changes (see ``DecideStage``).
+    root: list | None = None
+    children: list[str] = field(default_factory=list)
     # What ``cluster`` needs of ``members``, kept up to date by ``join`` and ``leave`` and rebuilt
     # when None (a state read back from the store, or a leave of one of them); never stored. Why:
     # recomputed per call, a campaign's original (up to MAX_MEMBERS members, every copy a join)
@@ -87,10 +96,30 @@ class DocState:
     _first: list[tuple[int, str]] | None = field(default=None, init=False, repr=False, compare=False)  # SAMPLE earliest
 
     @property
-    def complete(self) -> bool:
+    def answered_all(self) -> bool:
         """Every expected answer is in, or an exact copy's original is known: no near match can beat
         that (``fan_out`` probes copies too; their answers need not hold up the verdict)."""
         return self.expected is not None and (self.exact is not None or len(self.answered) >= self.expected)
+
+    @property
+    def complete(self) -> bool:
+        """Ready for a verdict: every answer is in. A duplicate names its match until that has reported
+        its cluster's original (``root``), then the original (a revision when they differ): a
+        verdict never waits on another document's."""
+        return self.answered_all
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.exact or self.near
+
+    def reported(self) -> list | None:
+        """The cluster original this document reports to the documents that matched it: itself when
+        it is unique, its own original when it is a duplicate, None while either is unknown."""
+        if not self.answered_all:
+            return None
+        if self.best is None:
+            return [self.ts, self.id]
+        return self.root
 
     def offer(self, cand: Candidate | None) -> None:
         if cand is None or cand.id == self.id:
@@ -102,12 +131,13 @@ class DocState:
             self.near = cand
 
     def verdict(self) -> Verdict:
-        best = self.exact or self.near
+        best = self.best
         assert self.ts is not None
         if best is None:
             return Verdict(self.id, "unique", None, None, None, None, None, self.ts, self.revision)
-        return Verdict(self.id, "duplicate", best.match, best.id, best.detector, best.similarity, best.distance,
-                       self.ts, self.revision)
+        original = self.root[1] if self.root is not None else best.id
+        return Verdict(self.id, "duplicate", best.match, original, best.detector, best.similarity, best.distance,
+                       self.ts, self.revision, best.id if original != best.id else None)
 
     def step(self) -> Verdict | None:
         """The verdict to emit now, if complete and different from the last one emitted."""
@@ -174,6 +204,10 @@ class DocState:
             d["members"], d["extra"] = self.members, self.extra
         if self.snippet:
             d["snippet"] = self.snippet
+        if self.root is not None:
+            d["root"] = self.root
+        if self.children:
+            d["children"] = self.children
         return d
 
     def to_wire(self) -> list:
@@ -181,13 +215,13 @@ class DocState:
         return [self.id, self.ts, self.expected, sorted(self.answered), self.exact.to_list() if self.exact else None,
                 self.near.to_list() if self.near else None, self.revision,
                 list(self.emitted) if self.emitted else None, self.rank, self.members or None, self.extra,
-                self.snippet]
+                self.snippet, self.root, self.children or None]
 
     @classmethod
     def from_wire(cls, v: list) -> "DocState":
         return cls(v[0], v[1], v[2], set(v[3]), Candidate.from_list(v[4]) if v[4] else None,
                    Candidate.from_list(v[5]) if v[5] else None, v[6], tuple(v[7]) if v[7] else None, v[8],
-                   v[9] or {}, v[10], v[11])
+                   v[9] or {}, v[10], v[11], v[12], v[13] or [])
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "DocState":
@@ -195,7 +229,7 @@ class DocState:
                    Candidate.from_list(d["exact"]) if d["exact"] else None,
                    Candidate.from_list(d["near"]) if d["near"] else None, d["revision"],
                    tuple(d["emitted"]) if d["emitted"] else None, d.get("rank"), d.get("members", {}),
-                   d.get("extra", 0), d.get("snippet", ""))
+                   d.get("extra", 0), d.get("snippet", ""), d.get("root"), d.get("children", []))
 
 
 MAX_MEMBERS = 256

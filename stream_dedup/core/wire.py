@@ -229,7 +229,10 @@ class ToDecide(_Wire):
     kind "answer": one probe's earliest near match (``part`` names the probe's partition);
     kind "offer": a late match or an exact revision for an already-seen document;
     kind "join"/"leave" (decide -> decide): ``member`` = [id, ts, rank] now names / no longer names
-    this document as its original (cluster sizes).
+    this document as its original (cluster sizes);
+    kind "link"/"unlink" (decide -> decide): ``member`` = [id] now has / no longer has this document
+    as its earliest match; kind "root": ``member`` = [ts, id, sender], the cluster original that this
+    document's match ``sender`` reports (``DecideStage._tree``).
     """
 
     kind: str

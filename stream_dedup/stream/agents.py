@@ -232,7 +232,7 @@ class DecideAgent:
         t0 = time.perf_counter()
         v = self.stage.apply(m)
         self.seconds.observe(time.perf_counter() - t0)
-        self.output.to_decide(d.out, self.stage.outbox)  # cluster joins/leaves to the original's partition
+        self.output.to_decide(d.out, self.stage.outbox)  # cluster and chain messages to their documents' partitions
         if self.stage.cluster is not None:
             c = self.stage.cluster
             d.tally["clusters"] += 1
@@ -246,7 +246,7 @@ class DecideAgent:
             d.shown[(v.verdict, v.match or "", v.detector or "")] += 1
             d.records.setdefault(topics.verdicts, []).append((key, body))
             d.records.setdefault(topics.unique if v.verdict == "unique" else topics.duplicate, []).append((key, body))
-        if m.kind in ("join", "leave"):
+        if m.kind in ("join", "leave", "link", "unlink"):  # about the original, not its own verdict
             return
         st = self.stage.last
         if st is not None and not st.complete:

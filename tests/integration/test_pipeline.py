@@ -396,3 +396,50 @@ def test_rebalance_add_a_worker_then_stop_one(kafka_settings, tmp_path, stream_e
         workers.stop_all()
     check(kafka_settings, stream_events, everything, dlq, workers)
 
+
+
+def chains_and_bridges(groups: int, seed: int = 3) -> list[dict]:
+    """Real spam messages in groups of five: a (s1), a2 (a with an opt-out tail), c (s2), c2 (c with a
+    sender tag), and bridge (s1 + s2, the earliest of the group), which matches both halves: one
+    cluster named by the bridge, whatever order the five come in. s1 and s2 have skeletons of one
+    length, so that each is half of the bridge."""
+    import random
+
+    from stream_dedup.core.text import normalize, skeleton
+
+    by_len: dict[int, list[str]] = {}
+    for line in shared_data("sms/sms_spam_zh.jsonl").open(encoding="utf-8"):
+        r = json.loads(line)
+        text = r["text"].strip().replace("x", "7")
+        n = len(skeleton(normalize(text)).replace("#", ""))
+        if r["label"] == 1 and 24 <= n <= 40 and text not in by_len.get(n, []):
+            by_len.setdefault(n, []).append(text)
+    pairs = [(g[i], g[i + 1]) for g in by_len.values() for i in range(0, len(g) - 1, 2)][:groups]
+    events = []
+    for k, (s1, s2) in enumerate(pairs):
+        t = 1_700_000_000_000 + k * 100_000
+        events += [{"id": f"g{k}-a", "text": s1, "ts": t + 10}, {"id": f"g{k}-a2", "text": s1 + "，回T退订", "ts": t + 11},
+                   {"id": f"g{k}-c", "text": s2, "ts": t + 20}, {"id": f"g{k}-c2", "text": "【抽奖】" + s2, "ts": t + 21},
+                   {"id": f"g{k}-bridge", "text": s1 + s2, "ts": t + 5}]
+    random.Random(seed).shuffle(events)
+    return events
+
+
+def test_whole_clusters_through_two_workers_are_scans(kafka_settings, tmp_path):
+    """Bridges arrive in any order among their halves: the workers revise the halves' verdicts to
+    name the bridge and publish the merged cluster, as scan does."""
+    events = chains_and_bridges(40)
+    expected = scan_verdicts(kafka_settings, events)
+    named = sum(1 for i, k in expected.items() if i.endswith(("-a", "-a2", "-c", "-c2")) and k[2] == i.split("-")[0] + "-bridge")
+    assert named >= 0.9 * 4 * 40, named  # the stream is what it says: most halves are the bridge's
+    kafka_settings.topics.partitions = 4
+    apply(kafka_settings)
+    workers = Workers(kafka_settings, tmp_path)
+    try:
+        workers.start("w0")
+        workers.start("w1")
+        got, dlq = run_and_collect(kafka_settings, events, timeout=300)
+    finally:
+        workers.stop_all()
+    check(kafka_settings, events, got, dlq, workers)
+    check_clusters(kafka_settings, events, workers)

@@ -146,7 +146,8 @@ def test_a_long_lived_deduper_forgets_old_states_so_its_folder_stops_growing(tmp
     """A ``Deduper`` over many windows of documents: its records that left memory are forgotten
     two to three windows after their last write (whole folders deleted), so the folder holds a
     bounded number of them, while a recent copy still finds its original and an original's cluster
-    that copies keep joining stays. Documents without ``ts`` are dated by the clock at ``check``."""
+    that copies keep joining stays (a campaign that never stops: its first message). Documents
+    without ``ts`` are dated by the clock at ``check``."""
     import random
 
     from stream_dedup.config import load_settings
@@ -170,7 +171,9 @@ def test_a_long_lived_deduper_forgets_old_states_so_its_folder_stops_growing(tmp
                 assert v.verdict == ("unique" if i == 0 else "duplicate")
             if i % 500 == 499:
                 sizes.append(len(d.engine.digests) + len(d.engine.decide.states))
-        assert d.verdict("sms-0") is None and d.verdict("spam-0") is None and d.verdict("sms-2990").verdict == "unique"
+        assert d.verdict("sms-0") is None and d.verdict("sms-2990").verdict == "unique"
+        # the campaign is one cluster: every copy names its first message, whose state its joins keep
+        assert d.verdict("spam-0").verdict == "unique" and d.verdict("spam-2990").duplicate_of == "spam-0"
         recent = d.check({"id": "copy", "text": texts[-5]})  # an original half a second back
         assert (recent.verdict, recent.duplicate_of) == ("duplicate", "sms-2995")
         assert recent.ts == int(clock[0] * 1000)

@@ -112,7 +112,9 @@ def test_exact_beats_an_earlier_near_match():
         e.process({"id": "orig", "text": base, "ts": 2})
         e.process({"id": "copy", "text": base, "ts": 3})
         assert e.verdict("orig").duplicate_of == "near" and e.verdict("orig").match == "near"
-        assert e.verdict("copy").duplicate_of == "orig" and e.verdict("copy").match == "exact"
+        # whole clusters: the copy's match is orig (exact), its cluster's original "near"
+        copy = e.verdict("copy")
+        assert (copy.duplicate_of, copy.via, copy.match) == ("near", "orig", "exact")
 
 
 @pytest.mark.parametrize("raw,reason", [

@@ -65,9 +65,9 @@ def test_an_exact_copy_is_decided_without_waiting_for_its_probe_answers():
 
 def test_a_copy_in_the_window_is_matched_when_its_original_has_left_it():
     """The one change of meaning: a copy is in the buckets. A near duplicate more than a window
-    after the original, but within one of the copy, is the copy's duplicate (when copies were not
-    indexed it was the later near duplicate's, ``near-early``); while the original is in the
-    window, a near duplicate stays the original's."""
+    after the original, but within one of the copy, matches the copy (when copies were not indexed
+    it matched the later near duplicate, ``near-early``), and so joins the original's cluster; while
+    the original is in the window, a near duplicate matches the original."""
     edited = NEWS.replace("七百", "六百")
     with Engine(load_settings(environ={"STREAM_DEDUP_ENGINE__WINDOW_MS": "1000"})) as e:
         e.process({"id": "orig", "text": NEWS, "ts": 0})
@@ -77,4 +77,5 @@ def test_a_copy_in_the_window_is_matched_when_its_original_has_left_it():
         assert (e.verdict("copy").match, e.verdict("copy").duplicate_of) == ("exact", "orig")
         assert (e.verdict("near-early").match, e.verdict("near-early").duplicate_of) == ("near", "orig")
         late = e.verdict("near-late")
-        assert (late.verdict, late.duplicate_of) == ("duplicate", "copy"), late
+        # it matched the copy; its cluster's original is the copy's, orig (whole clusters)
+        assert (late.verdict, late.via, late.duplicate_of) == ("duplicate", "copy", "orig"), late
