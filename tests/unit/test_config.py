@@ -7,7 +7,7 @@ from stream_dedup.config import ConfigError, load_settings
 
 def test_defaults_validate():
     s = load_settings(environ={})
-    assert s.simhash.k == 3 and s.simhash.bands == "4x16"
+    assert s.simhash.k == 3 and s.simhash.bands == "5c2"
     assert s.kafka.bootstrap == "127.0.0.1:9092"
     assert s.worker.web_host == "127.0.0.1"
 

@@ -35,7 +35,7 @@ def build_detectors(settings: "Settings", tokenizer: "WordTokenizer", idf: "IdfT
     for name in names:
         if name == "simhash":
             out.append(SimhashDetector(tokenizer, idf, k=settings.simhash.k,
-                                       bands="4x16" if settings.simhash.bands == "auto" else settings.simhash.bands,
+                                       bands="5c2" if settings.simhash.bands == "auto" else settings.simhash.bands,
                                        min_features=settings.simhash.min_features,
                                        min_chars=short // 2 if auto else 0))
         elif name == "minhash":

@@ -20,7 +20,7 @@ class SimhashDetector(Detector):
     name = "simhash"
     code = 1
 
-    def __init__(self, tokenizer: "WordTokenizer", idf: "IdfTable", *, k: int = 3, bands: str = "4x16",
+    def __init__(self, tokenizer: "WordTokenizer", idf: "IdfTable", *, k: int = 3, bands: str = "5c2",
                  min_features: int = 8, min_chars: int = 0):
         self.tokenizer = tokenizer
         self.idf = idf
