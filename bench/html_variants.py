@@ -23,8 +23,9 @@ from stream_dedup.core.html import BODY, EMPHASIS, extract_blocks, main_content,
 
 
 def site(name: str) -> str:
+    """The site a page comes from: ``tests_sina_2`` (news/html) and ``sina_2`` (html_dev) are sina's."""
     m = re.match(r"(?:visiable_)?tests?_([a-z]+)", name)
-    return m.group(1) if m else name
+    return m.group(1) if m else name.rsplit("_", 1)[0]
 
 
 def article_container(root, article: list[str]):
