@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections import Counter
 from functools import lru_cache
 from typing import Callable
 
@@ -166,15 +165,24 @@ def skeleton(normalized: str) -> str:
 
 
 def _drop_interleaved(s: str) -> str:
-    """``s`` without a character that is put between the others: one that makes up at least a sixth
-    of a text of 12 or more characters, at least 4 times, and seldom next to itself (a run like
-    哈哈哈哈 is no filler; a filler meets itself only where punctuation between was dropped). No character of
-    real Chinese or English text is that frequent and that spread out (的 is about 4% of Chinese
-    text); a filler a spammer repeats between characters is."""
+    """``s`` without a character that is put between the others: a Latin letter, kana or other non-Han
+    character that makes up at least a sixth of a text of 12 or more characters, at least 4 times,
+    and seldom next to itself (a run like "aaaa" is no filler; a filler meets itself only where
+    punctuation between was dropped). No character of real Chinese text is that frequent and that
+    spread out; a filler a spammer repeats between characters is. Han characters are not looked at
+    (the stroke forms spam uses are punctuation after ``normalize``): counting every character cost
+    more than the rest of the skeleton."""
     n = len(s)
     if n < 12:
         return s
-    ((c, k),) = Counter(s).most_common(1)
-    if k < 4 or k * 6 < n or 4 * s.count(c + c) > k or c.isdigit():
+    candidates = set(_FILLER_CANDIDATES.findall(s))
+    if not candidates:
+        return s
+    c = max(candidates, key=s.count)
+    k = s.count(c)
+    if k < 4 or k * 6 < n or 4 * s.count(c + c) > k:
         return s
     return s.replace(c, "")
+
+
+_FILLER_CANDIDATES = re.compile("[a-z\u2e80-\u2fff\u3040-\u30ff\u3100-\u312f]")
