@@ -17,10 +17,14 @@ template site, what extraction keeps of an article written into that site's temp
 share of the article's 5-character shingles found in the extraction of the swapped page) and
 template leak (the share of the extraction's shingles that are not the article's). No threshold of
 the detectors or of extraction is fitted here: the defaults are scored as they are.
+
+``--against ../old`` adds ``scan``'s pages/s over the same events, this checkout and each other one
+alternately (``spam_edits.speed_rows``): the ratio to another commit in one run.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -93,6 +97,9 @@ def main() -> None:
     ap.add_argument("--per-page", type=int, default=3)
     ap.add_argument("--corpus", default="news/html", help="folder of pages under ../shared/data")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--against", type=Path, nargs="*", default=[], metavar="CHECKOUT",
+                    help="also time scan of these events by this checkout and these, alternated")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each checkout for --against")
     a = ap.parse_args()
     need_shared()
     folder = SHARED / a.corpus
@@ -119,7 +126,21 @@ def main() -> None:
         name = "html_quality_" + folder.name
         extraction = extraction_by_site(events, load_pages(folder))
         text += "\n\n" + table(["template site", "swaps", "extraction recall", "template leak"], extraction)
-    save(name, {"corpus": a.corpus, "results": out, "extraction": extraction}, text)
+    speed = []
+    if a.against:
+        from spam_edits import speed_rows
+
+        from common import REPO, checkouts
+
+        path = REPO / "bench" / "work" / f"{name}_events.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as f:
+            for ev in events:
+                f.write(json.dumps(ev, ensure_ascii=False) + "\n")
+        speed = speed_rows({f"{a.corpus} pages and swaps": path}, checkouts(a.against), a.repeat)
+        text += "\n\n" + table(["input", "scan of checkout", "median s", "pages/s", "speed of this checkout / its"],
+                                speed)
+    save(name, {"corpus": a.corpus, "results": out, "extraction": extraction, "speed": speed}, text)
 
 
 if __name__ == "__main__":
