@@ -168,3 +168,26 @@ def _shown(path: Path) -> str:
         return str(path.relative_to(REPO))
     except ValueError:
         return str(path)
+
+
+def speed_rows(paths: dict[str, Path], trees: list[Path], repeat: int) -> list[list]:
+    """Rows of (input, checkout, median s, docs/s, this checkout's speed / its): ``scan`` of each
+    input by each checkout, alternated."""
+    import compileall
+
+    rows = []
+    for tree in (REPO, *trees):
+        compileall.compile_dir(str(tree / "stream_dedup"), quiet=1)
+
+    def scan(tree: Path, path: Path):
+        return lambda: subprocess.run(
+            [sys.executable, "-m", "stream_dedup.cli", "scan", str(path), "--out", os.devnull, "--no-progress"],
+            cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, check=True, capture_output=True)
+
+    for name, path in paths.items():
+        n = sum(1 for _ in path.open("rb"))
+        runs = median_runs({checkout_name(t): scan(t, path) for t in (REPO, *trees)}, repeat)
+        mine = runs[checkout_name(REPO)][1]
+        for who, (_, secs) in runs.items():
+            rows.append([name, who, round(secs, 3), round(n / secs), round(secs / mine, 3)])
+    return rows

@@ -19,7 +19,7 @@ template leak (the share of the extraction's shingles that are not the article's
 the detectors or of extraction is fitted here: the defaults are scored as they are.
 
 ``--against ../old`` adds ``scan``'s pages/s over the same events, this checkout and each other one
-alternately (``spam_edits.speed_rows``): the ratio to another commit in one run.
+alternately (``common.speed_rows``): the ratio to another commit in one run.
 """
 from __future__ import annotations
 
@@ -128,9 +128,7 @@ def main() -> None:
         text += "\n\n" + table(["template site", "swaps", "extraction recall", "template leak"], extraction)
     speed = []
     if a.against:
-        from spam_edits import speed_rows
-
-        from common import REPO, checkouts
+        from common import REPO, checkouts, speed_rows
 
         path = REPO / "bench" / "work" / f"{name}_events.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -48,7 +48,7 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_devset import COMMON, drop_overlapping, fill_masks, read  # noqa: E402
-from common import REPO, SHARED, checkout_name, checkouts, devset, median_runs, need_shared, save, table  # noqa: E402
+from common import REPO, SHARED, checkouts, devset, need_shared, save, speed_rows, table  # noqa: E402
 
 from stream_dedup.cli.evaluate import evaluate  # noqa: E402
 from stream_dedup.config import NgramSettings  # noqa: E402
@@ -252,30 +252,6 @@ def run_rensa(docs: list[dict], threshold: float, num_perm: int = 128) -> list[d
         lsh.insert(ids[d["id"]], sig(d))
 
     return loop(docs, query, add)
-
-
-def speed_rows(paths: dict[str, Path], trees: list[Path], repeat: int) -> list[list]:
-    """Rows of (input, checkout, median s, docs/s, this checkout's speed / its): ``scan`` of each
-    input by each checkout, alternated."""
-    import compileall
-    import subprocess
-
-    rows = []
-    for tree in (REPO, *trees):
-        compileall.compile_dir(str(tree / "stream_dedup"), quiet=1)
-
-    def scan(tree: Path, path: Path):
-        return lambda: subprocess.run(
-            [sys.executable, "-m", "stream_dedup.cli", "scan", str(path), "--out", os.devnull, "--no-progress"],
-            cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, check=True, capture_output=True)
-
-    for name, path in paths.items():
-        n = sum(1 for _ in path.open("rb"))
-        runs = median_runs({checkout_name(t): scan(t, path) for t in (REPO, *trees)}, repeat)
-        mine = runs[checkout_name(REPO)][1]
-        for who, (_, secs) in runs.items():
-            rows.append([name, who, round(secs, 3), round(n / secs), round(secs / mine, 3)])
-    return rows
 
 
 def _bands(threshold: float, num_perm: int) -> int:

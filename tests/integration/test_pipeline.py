@@ -137,6 +137,20 @@ def check(settings, events, got, dlq, workers, extra: list[bytes] = BAD):
     assert dups > 0.05 * len(events)
 
 
+def judged_as_scan_judges(settings: Settings, tmp_path: Path, events: list[dict], names: list[str],
+                          timeout: float) -> None:
+    """Workers ``names`` judge ``events`` (and ``BAD``): their verdicts and clusters are scan's."""
+    workers = Workers(settings, tmp_path)
+    try:
+        for name in names:
+            workers.start(name)
+        got, dlq = run_and_collect(settings, events, timeout=timeout)
+    finally:
+        workers.stop_all()
+    check(settings, events, got, dlq, workers)
+    check_clusters(settings, events, workers)
+
+
 @pytest.fixture
 def stream_events(tmp_path):
     shared_data("news/thucnews_1000.jsonl")
@@ -343,14 +357,7 @@ def test_a_campaign_fills_buckets_past_their_inline_entries_and_the_worker_store
     apply(kafka_settings)
     shared_data("sms/sms_spam_zh.jsonl")
     events = campaign_stream(templates=20, rounds=60)
-    workers = Workers(kafka_settings, tmp_path)
-    try:
-        workers.start("w0")
-        got, dlq = run_and_collect(kafka_settings, events, timeout=600)
-    finally:
-        workers.stop_all()
-    check(kafka_settings, events, got, dlq, workers)
-    check_clusters(kafka_settings, events, workers)
+    judged_as_scan_judges(kafka_settings, tmp_path, events, ["w0"], timeout=600)
     state = tmp_path / "state-w0"
     check_changelogs_hold_the_local_state(kafka_settings, state)
     check_buckets_hold_the_engines_entries(kafka_settings, events, state, tmp_path / "engine")
@@ -434,12 +441,4 @@ def test_whole_clusters_through_two_workers_are_scans(kafka_settings, tmp_path):
     assert named >= 0.9 * 4 * 40, named  # the stream is what it says: most halves are the bridge's
     kafka_settings.topics.partitions = 4
     apply(kafka_settings)
-    workers = Workers(kafka_settings, tmp_path)
-    try:
-        workers.start("w0")
-        workers.start("w1")
-        got, dlq = run_and_collect(kafka_settings, events, timeout=300)
-    finally:
-        workers.stop_all()
-    check(kafka_settings, events, got, dlq, workers)
-    check_clusters(kafka_settings, events, workers)
+    judged_as_scan_judges(kafka_settings, tmp_path, events, ["w0", "w1"], timeout=300)
