@@ -48,10 +48,14 @@ class Doc:
     rank: float | None = None
     html_blocks: list[tuple[int, str]] | None = None  # (level, normalized text) for HTML pages
     cache: dict[str, Any] = field(default_factory=dict, repr=False)  # per-doc features (words, skeleton)
+    sample: str = ""  # the start of the text as sent (HTML: as extracted), what a cluster record shows
 
     @property
     def order(self) -> tuple[int, str]:
         return (self.ts, self.id)
+
+
+SAMPLE_CHARS = 60
 
 
 @dataclass(frozen=True)
@@ -194,11 +198,19 @@ def make_doc(ident: str, ts: int, kind: str, body: str, *, title: str | None = N
     if kind == "html":
         from .html import extract_blocks
 
-        blocks = [(lvl, normalize(t, t2s=t2s)) for lvl, t in extract_blocks(body, max_depth=limits.max_html_depth)]
+        raw = extract_blocks(body, max_depth=limits.max_html_depth)
+        blocks = [(lvl, normalize(t, t2s=t2s)) for lvl, t in raw]
         blocks = [(lvl, t) for lvl, t in blocks if t]
         text = " ".join(t for _, t in blocks)
+        sample = sample_of(" ".join(t for _, t in raw))
     else:
         text = normalize(body, t2s=t2s)
+        sample = sample_of(body)
     if not text:
         raise Rejected("empty_text", "no text left after normalization")
-    return Doc(ident, ts, text, digest128(text), kind, title, rank, blocks)
+    return Doc(ident, ts, text, digest128(text), kind, title, rank, blocks, sample=sample)
+
+
+def sample_of(text: str) -> str:
+    """The first ``SAMPLE_CHARS`` characters of ``text`` with its runs of white space made one space."""
+    return " ".join(text[:SAMPLE_CHARS * 4].split())[:SAMPLE_CHARS]

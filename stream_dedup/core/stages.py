@@ -31,8 +31,6 @@ from .wire import Prepared, Probe, ToDecide, _decode, _dumps, _encode
 if TYPE_CHECKING:
     from ..config import Settings
 
-SNIPPET_CHARS = 60
-
 
 class Preparer:
     """Stateless: validate, normalize, fingerprint with every detector that applies."""
@@ -83,7 +81,7 @@ class Preparer:
                 s = det.sketch(doc)
                 if s is not None and s.keys:
                     sketches.append((det.code, s.keys, s.payload))
-        return Prepared(doc.id, doc.ts, doc.digest, doc.kind, sketches, doc.rank, doc.text[:SNIPPET_CHARS])
+        return Prepared(doc.id, doc.ts, doc.digest, doc.kind, sketches, doc.rank, doc.sample)
 
     def prepare(self, raw: bytes | str | dict, default_ts: int | None = None) -> Prepared:
         """Raises Rejected with a reason code for anything that cannot be judged."""
@@ -139,7 +137,8 @@ def exact_stage(store: ExactStore, p: Prepared) -> list[ToDecide]:
     expected = p.probes
     msgs: list[ToDecide] = []
     if out.first:
-        msgs.append(ToDecide("expect", p.id, p.ts, None, expected=expected, rank=p.rank, snippet=p.snippet))
+        msgs.append(ToDecide("expect", p.id, p.ts, None, expected=expected, rank=p.rank, snippet=p.snippet,
+                             seen=p.seen))
         if out.revise:  # later copies seen before this original
             me = Candidate(p.ts, p.id, "exact", "exact", 1.0, 0, -1)
             msgs += [ToDecide("offer", ident, ts, me) for ts, ident in out.revise]
@@ -147,7 +146,7 @@ def exact_stage(store: ExactStore, p: Prepared) -> list[ToDecide]:
         assert out.original is not None
         msgs.append(ToDecide("expect", p.id, p.ts, Candidate(out.original[0], out.original[1], "exact", "exact",
                                                              1.0, 0, -1), expected=expected, rank=p.rank,
-                                  snippet=p.snippet))
+                                  snippet=p.snippet, seen=p.seen))
     return msgs
 
 
@@ -277,6 +276,7 @@ class DecideStage:
     last: DocState | None = None  # the state ``apply`` just produced (saves the driver a second read)
     outbox: list[ToDecide] = field(default_factory=list)
     cluster: Cluster | None = None
+    first_seen: int | None = None  # after ``apply``: the page record time of a first verdict it emitted
 
     def _store(self, ident: str, st: DocState) -> None:
         self.states[ident] = st
@@ -284,6 +284,7 @@ class DecideStage:
     def apply(self, msg: ToDecide) -> Verdict | None:
         self.outbox = []
         self.cluster = None
+        self.first_seen = None
         st = self.states.get(msg.id)
         if st is None:
             st = DocState(msg.id)
@@ -306,6 +307,8 @@ class DecideStage:
                 st.rank = msg.rank
             if msg.snippet:
                 st.snippet = msg.snippet
+            if msg.seen is not None:
+                st.seen = msg.seen
             st.offer(msg.cand)
         elif msg.kind == "answer":
             assert msg.part is not None
@@ -326,6 +329,8 @@ class DecideStage:
             if match is not None:
                 links.append(ToDecide("link", match, None, member=[st.id]))
         v = st.step()
+        if v is not None and v.revision == 0 and st.seen is not None:
+            self.first_seen, st.seen = st.seen, None  # measured once, then no longer stored
         if v is not None and v.duplicate_of != before:
             if before is not None:
                 self.outbox.append(ToDecide("leave", before, None, member=[st.id, st.ts, st.rank]))

@@ -88,6 +88,7 @@ class DocState:
     # original it reports changes (see ``DecideStage``).
     root: list | None = None
     children: list[str] = field(default_factory=list)
+    seen: int | None = None  # the page record's timestamp (workers), until its first verdict is out
     # What ``cluster`` needs of ``members``, kept up to date by ``join`` and ``leave`` and rebuilt
     # when None (a state read back from the store, or a leave of one of them); never stored. Why:
     # recomputed per call, a campaign's original (up to MAX_MEMBERS members, every copy a join)
@@ -208,6 +209,8 @@ class DocState:
             d["root"] = self.root
         if self.children:
             d["children"] = self.children
+        if self.seen is not None:
+            d["seen"] = self.seen
         return d
 
     def to_wire(self) -> list:
@@ -215,13 +218,13 @@ class DocState:
         return [self.id, self.ts, self.expected, sorted(self.answered), self.exact.to_list() if self.exact else None,
                 self.near.to_list() if self.near else None, self.revision,
                 list(self.emitted) if self.emitted else None, self.rank, self.members or None, self.extra,
-                self.snippet, self.root, self.children or None]
+                self.snippet, self.root, self.children or None, self.seen]
 
     @classmethod
     def from_wire(cls, v: list) -> "DocState":
         return cls(v[0], v[1], v[2], set(v[3]), Candidate.from_list(v[4]) if v[4] else None,
                    Candidate.from_list(v[5]) if v[5] else None, v[6], tuple(v[7]) if v[7] else None, v[8],
-                   v[9] or {}, v[10], v[11], v[12], v[13] or [])
+                   v[9] or {}, v[10], v[11], v[12], v[13] or [], v[14] if len(v) > 14 else None)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "DocState":
@@ -229,7 +232,7 @@ class DocState:
                    Candidate.from_list(d["exact"]) if d["exact"] else None,
                    Candidate.from_list(d["near"]) if d["near"] else None, d["revision"],
                    tuple(d["emitted"]) if d["emitted"] else None, d.get("rank"), d.get("members", {}),
-                   d.get("extra", 0), d.get("snippet", ""), d.get("root"), d.get("children", []))
+                   d.get("extra", 0), d.get("snippet", ""), d.get("root"), d.get("children", []), d.get("seen"))
 
 
 MAX_MEMBERS = 256
@@ -252,7 +255,7 @@ class Cluster:
     canonical: str
     members: list[str]  # up to 10 duplicates, earliest first
     ts: int | None
-    text: str = ""  # the start of the original's normalized text
+    text: str = ""  # the start of the original's text as sent (white space collapsed)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "size": self.size, "canonical": self.canonical, "members": self.members, "ts": self.ts,

@@ -152,7 +152,8 @@ class Prepared(_Wire):
     """prepare -> exact: everything the later stages need of one document (never its text).
 
     ``probes``: how many probes ``prepare`` sent to the index itself (``fan_out``), which then
-    carries no sketches; None before ``fan_out``."""
+    carries no sketches; None before ``fan_out``. ``seen``: the page record's timestamp (ms) in a
+    worker, from which its first verdict's latency is measured; None in ``scan``."""
 
     id: str
     ts: int
@@ -160,11 +161,13 @@ class Prepared(_Wire):
     kind: str
     sketches: list[tuple[int, tuple[int, ...], bytes]]  # (detector code, keys, payload)
     rank: float | None = None
-    snippet: str = ""  # the start of the normalized text: the sample a cluster record shows
+    snippet: str = ""  # the start of the text as sent: the sample a cluster record shows
     probes: int | None = None
+    seen: int | None = None
 
     def _wire(self) -> list:
-        return [self.id, self.ts, self.digest, self.kind, self.sketches, self.rank, self.snippet, self.probes]
+        return [self.id, self.ts, self.digest, self.kind, self.sketches, self.rank, self.snippet, self.probes,
+                self.seen]
 
     def __reduce__(self) -> tuple:
         """Pickled as the arguments of ``__init__``, which are its wire fields in their order. Why:
@@ -177,16 +180,17 @@ class Prepared(_Wire):
     def _json(self) -> bytes:
         return _dumps({"id": self.id, "ts": self.ts, "d": _b64(self.digest), "k": self.kind,
                        "s": [[c, list(k), _b64(p)] for c, k, p in self.sketches], "r": self.rank, "x": self.snippet,
-                       "n": self.probes})
+                       "n": self.probes, "w": self.seen})
 
     @classmethod
     def _from_wire(cls, v: list) -> "Prepared":
-        return cls(v[0], v[1], v[2], v[3], [(c, tuple(k), p) for c, k, p in v[4]], v[5], v[6], v[7])
+        return cls(v[0], v[1], v[2], v[3], [(c, tuple(k), p) for c, k, p in v[4]], v[5], v[6], v[7],
+                   v[8] if len(v) > 8 else None)
 
     @classmethod
     def _from_json(cls, d: dict) -> "Prepared":
         return cls(d["id"], d["ts"], _unb64(d["d"]), d["k"], [(c, tuple(k), _unb64(p)) for c, k, p in d["s"]],
-                   d.get("r"), d.get("x", ""), d.get("n"))
+                   d.get("r"), d.get("x", ""), d.get("n"), d.get("w"))
 
 
 @dataclass
@@ -233,6 +237,7 @@ class ToDecide(_Wire):
     kind "link"/"unlink" (decide -> decide): ``member`` = [id] now has / no longer has this document
     as its earliest match; kind "root": ``member`` = [ts, id, sender], the cluster original that this
     document's match ``sender`` reports (``DecideStage._tree``).
+    ``seen`` (kind "expect", workers only): the page record's timestamp, for the verdict latency.
     """
 
     kind: str
@@ -244,10 +249,11 @@ class ToDecide(_Wire):
     rank: float | None = None
     member: list | None = None
     snippet: str | None = None
+    seen: int | None = None
 
     def _wire(self) -> list:
         return [self.kind, self.id, self.ts, self.cand.to_list() if self.cand else None, self.expected, self.part,
-                self.rank, self.member, self.snippet or None]
+                self.rank, self.member, self.snippet or None, self.seen]
 
     def _json(self) -> bytes:
         d: dict[str, Any] = {"t": self.kind, "id": self.id, "ts": self.ts,
@@ -258,16 +264,19 @@ class ToDecide(_Wire):
             d["m"] = self.member
         if self.snippet:
             d["x"] = self.snippet
+        if self.seen is not None:
+            d["w"] = self.seen
         return _dumps(d)
 
     @classmethod
     def _from_wire(cls, v: list) -> "ToDecide":
-        return cls(v[0], v[1], v[2], Candidate.from_list(v[3]) if v[3] else None, v[4], v[5], v[6], v[7], v[8])
+        return cls(v[0], v[1], v[2], Candidate.from_list(v[3]) if v[3] else None, v[4], v[5], v[6], v[7], v[8],
+                   v[9] if len(v) > 9 else None)
 
     @classmethod
     def _from_json(cls, d: dict) -> "ToDecide":
         return cls(d["t"], d["id"], d["ts"], Candidate.from_list(d["c"]) if d["c"] else None, d["n"], d["p"],
-                   d.get("r"), d.get("m"), d.get("x"))
+                   d.get("r"), d.get("m"), d.get("x"), d.get("w"))
 
 
 def index_item(item: Any) -> Prepared | Probe:

@@ -77,6 +77,7 @@ class PrepareAgent:
                 continue
             ctx.counts["prepared"] += 1
             self.seconds.observe(per_event)
+            p.seen = timestamp_ms(msg)  # the page record's time: where the verdict latency starts
             self.queue(out, p)
         return await self.send(out, len(batch))
 
@@ -198,6 +199,7 @@ class Decided:
     records: dict[Any, list] = field(default_factory=dict)  # topic -> [(key, value)]
     tally: Counter[str] = field(default_factory=Counter)
     shown: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # verdicts by metric labels
+    seen: list[int] = field(default_factory=list)  # page record times (ms) of the batch's first verdicts
 
 
 class DecideAgent:
@@ -232,6 +234,8 @@ class DecideAgent:
         t0 = time.perf_counter()
         v = self.stage.apply(m)
         self.seconds.observe(time.perf_counter() - t0)
+        if self.stage.first_seen is not None:
+            d.seen.append(self.stage.first_seen)
         self.output.to_decide(d.out, self.stage.outbox)  # cluster and chain messages to their documents' partitions
         if self.stage.cluster is not None:
             c = self.stage.cluster
@@ -268,6 +272,9 @@ class DecideAgent:
             await asyncio.wait(set(futs))
             for f in futs:
                 f.result()  # a failed delivery fails the batch
+        now_ms = time.time() * 1000
+        for seen in d.seen:  # delivered: from the page record to its first verdict on the topic
+            metrics.verdict_latency.observe(max(0.0, now_ms - seen) / 1000)
         return futs is not None and not ctx.stopping
 
     async def store(self) -> None:

@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, disable_created_metrics, generate_latest
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _BUCKET_BYTES = (64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
 _BATCH_MESSAGES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_VERDICT_LATENCY = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 # Pending observations of one series are counted into its buckets at a scrape or when this many
 # wait. Small: a pending value is a Python float in a list (32 bytes), and a worker nobody scrapes
 # observes hundreds a second; at 65,536 the soak test saw the five series hold ~10 MB between folds.
@@ -102,6 +103,11 @@ class Metrics:
     def __post_init__(self) -> None:
         r = self.registry
         self._children: dict[tuple, Any] = {}
+        disable_created_metrics()  # no `*_created` series beside each counter: noise on every scrape
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes, open fds
+        self.verdict_latency = BatchedHistogram("stream_dedup_verdict_latency_seconds", "from a page record's "
+                                                "broker timestamp until its first verdict is delivered",
+                                                buckets=_VERDICT_LATENCY, registry=r)
         self.events_in = Counter("stream_dedup_events_in", "page events read from the input topic", registry=r)
         self.verdicts = Counter("stream_dedup_verdicts", "verdicts emitted (revisions included)",
                                 ["verdict", "match", "detector"], registry=r)

@@ -41,7 +41,8 @@ def add_pages(app: faust.App, ctx: WorkerContext, reporter: Reporter) -> None:
         from .status import page_status
 
         if cache["body"] is None or time.monotonic() - cache["at"] > STATUS_CACHE_S:
-            body = await asyncio.get_running_loop().run_in_executor(None, page_status, ctx.settings)
+            body = await asyncio.get_running_loop().run_in_executor(None, page_status, ctx.settings, 10.0,
+                                                                    ctx.settings.worker.display_name())
             cache.update(at=time.monotonic(), body=body)
         return web.json(cache["body"])
 

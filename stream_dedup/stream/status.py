@@ -25,11 +25,13 @@ def group_status(settings: Settings, timeout: float = 10.0, *, reports: bool = T
     owners: dict[tuple[str, int], str] = {}
     state = "unknown"
     members: int | None = None
+    names: set[str] | None = None  # the members' worker names, when the group could be described
     try:
         desc = coordinated(lambda: client.describe_consumer_groups([group])[group].result(timeout),
                            f"description of group {group!r}", wait_s=timeout)
         state = str(desc.state).split(".")[-1]
         members = len(desc.members)
+        names = {m.client_id for m in desc.members}
         for m in desc.members:
             for tp in (m.assignment.topic_partitions if m.assignment else []):
                 owners[(tp.topic, tp.partition)] = m.client_id  # the worker's name (worker.name, or host:pid)
@@ -60,11 +62,12 @@ def group_status(settings: Settings, timeout: float = 10.0, *, reports: bool = T
     left = {(r["topic"], r["partition"]) for r in records_behind(settings, rows, timeout)}
     for r in rows:
         r["work_left"] = (r["topic"], r["partition"]) in left
-    st = {"group": group, "state": state, "members": members, "total_lag": sum(r["lag"] for r in rows),
-          "partitions_with_work": len(left), "partitions": rows, "workers": []}
+    st = {"group": group, "state": state, "members": members, "member_names": sorted(names or ()),
+          "total_lag": sum(r["lag"] for r in rows), "partitions_with_work": len(left), "partitions": rows,
+          "workers": []}
     st["work_said"] = work_said(st)
     if reports:
-        st["workers"] = worker_reports(settings, timeout)
+        st["workers"] = current_workers(worker_reports(settings, timeout), names)
     st["text"] = status_text(st)
     return st
 
@@ -77,6 +80,26 @@ def work_said(st: dict[str, Any]) -> str:
             "nothing to process" + (": the lag left is transaction markers or aborted records" if st["total_lag"] else ""))
 
 
+REPORT_EVERY_S = 10.0  # how often a worker reports its counts (the `report` timer of ``worker.Worker``)
+
+
+def current_workers(reports: list[dict[str, Any]], members: set[str] | None) -> list[dict[str, Any]]:
+    """The workers' reports with ``age_s`` and ``state``: "ok"; "stale" (a member whose last report is
+    over three intervals old: hung or cut off from the status topic); "left" (not a member of the
+    group any more, reported lately). A worker that left and has not reported for over 1.5 intervals
+    is dropped: a killed worker no longer shows for two minutes with its old partitions. ``members``
+    None (the group could not be described) keeps every report."""
+    now, out = time.time(), []
+    for r in reports:
+        age = max(0.0, now - r["at"])
+        gone = members is not None and r["worker"] not in members
+        if gone and age > 1.5 * REPORT_EVERY_S:
+            continue
+        state = "left" if gone else "stale" if age > 3 * REPORT_EVERY_S else "ok"
+        out.append({**r, "age_s": round(age, 1), "state": state})
+    return out
+
+
 def status_text(st: dict[str, Any]) -> str:
     """``group_status`` as ``stream-dedup status`` prints it."""
     rows = st["partitions"]
@@ -86,7 +109,8 @@ def status_text(st: dict[str, Any]) -> str:
               f"owner={r['owner'] or '-'}" for r in rows]
     for w in st["workers"]:
         c = w["counts"]
-        lines.append(f"worker {w['worker']} (report {time.time() - w['at']:.0f}s ago, up {w['uptime_s']:.0f}s): "
+        said = "" if w.get("state", "ok") == "ok" else f", {w['state'].upper()}"
+        lines.append(f"worker {w['worker']} (report {time.time() - w['at']:.0f}s ago{said}, up {w['uptime_s']:.0f}s): "
                      f"in {c.get('in', 0)} dlq {c.get('dlq', 0)} probes {c.get('index.probes', 0)} "
                      f"verdicts {c.get('verdicts', 0)} revisions {c.get('revisions', 0)} pending {c.get('pending', 0)}")
     return "\n".join(lines)
@@ -158,7 +182,7 @@ def wait_drained(settings: Settings, timeout_s: float, every_s: float = 1.0, *,
         drained = not st["partitions_with_work"]
         now = time.monotonic()
         if drained or now >= deadline:
-            st["workers"] = worker_reports(settings)
+            st["workers"] = current_workers(worker_reports(settings), set(st["member_names"]) if st["members"] else None)
             st["text"] = status_text(st)
             return drained, st
         if st["members"]:
@@ -266,8 +290,9 @@ def largest_clusters(records: list[dict[str, Any]], n: int = 10) -> list[dict[st
     return sorted((r for r in latest.values() if r.get("size", 1) > 1), key=lambda r: (-r["size"], r["id"]))[:n]
 
 
-def page_status(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
-    """Everything the status page shows, from Kafka alone, so any worker can serve it for the group."""
+def page_status(settings: Settings, timeout: float = 10.0, served_by: str = "") -> dict[str, Any]:
+    """Everything the status page shows, from Kafka alone, so any worker can serve it for the group;
+    ``served_by`` names the worker whose port serves it."""
     group = group_status(settings, timeout)
     reports = _read_tail(settings, f"{settings.topics.internal_prefix}.status", 2000, timeout)
     clusters = _read_tail(settings, settings.topics.clusters, 5000, timeout)
@@ -277,5 +302,6 @@ def page_status(settings: Settings, timeout: float = 10.0) -> dict[str, Any]:
             if k.startswith("dlq."):
                 dlq[k[4:]] = dlq.get(k[4:], 0) + v
     group.pop("text", None)
-    return {**group, "history": throughput_history(reports), "clusters": largest_clusters(clusters),
+    return {**group, "served_by": served_by, "history": throughput_history(reports),
+            "clusters": largest_clusters(clusters),
             "dlq_reasons": dict(sorted(dlq.items(), key=lambda kv: -kv[1])), "generated_at": time.time()}

@@ -48,6 +48,7 @@ from .pages import add_pages
 from .rebalance import RebalanceGuard
 from .reports import Reporter
 from .stall_watch import StallWatch
+from .status import REPORT_EVERY_S
 from .watchdog import ChangelogIdleFilter
 
 log = logging.getLogger("stream_dedup.worker")
@@ -195,7 +196,7 @@ class Worker:
             app.timer(interval=w.heap_trim_s, name="trim_heap")(self.trim_heap)
         if w.gc_threshold:
             app.task(self.settle_collector)
-        app.timer(interval=10.0, name="report")(self.report)
+        app.timer(interval=REPORT_EVERY_S, name="report")(self.report)
         add_pages(app, self.ctx, self.reporter)
 
     async def prepare_agent(self, stream: StreamT) -> None:

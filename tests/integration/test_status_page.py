@@ -1,5 +1,6 @@
 """The live status page in headless Chromium (Debian's chromium): it loads, its charts draw data
-from a real run, and a screenshot is kept as a test artifact (test-artifacts/status-page.png)."""
+from a real run, it names the group's workers and the one serving it, and a screenshot is kept as a
+test artifact (test-artifacts/status-page.png)."""
 from __future__ import annotations
 
 import json
@@ -38,7 +39,8 @@ def test_status_page_renders_charts_clusters_and_ownership(kafka_settings, tmp_p
     events += [{"id": f"ham-{i}", "text": f"明天下午{i % 12 + 1}点在{i}号会议室讨论第{i}季度的预算安排", "ts": 2000 + i}
                for i in range(40)]
     try:
-        workers.start("w0", STREAM_DEDUP_WORKER__WEB_PORT=str(port))
+        workers.start("w0", STREAM_DEDUP_WORKER__WEB_PORT=str(port), STREAM_DEDUP_WORKER__NAME="page-worker-a")
+        workers.start("w1", STREAM_DEDUP_WORKER__WEB_PORT=str(free_port()), STREAM_DEDUP_WORKER__NAME="page-worker-b")
         produce_events(kafka_settings, events[:40], extra_raw=[b"not json"])
         read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= 40, timeout=300)
         time.sleep(11)  # a second report interval: rates need two reports
@@ -65,7 +67,12 @@ def test_status_page_renders_charts_clusters_and_ownership(kafka_settings, tmp_p
     assert int(attrs.get("points", 0)) >= 1, attrs
     assert int(attrs.get("canvases", 0)) >= 2, attrs  # both charts drew
     assert int(attrs.get("clusters", 0)) >= 1, attrs
-    assert "恭喜您获得本期幸运大奖" in dom  # the campaign's sample text in the clusters table
+    assert "恭喜您获得本期幸运大奖，奖金五万元" in dom  # the campaign's text as sent (full-width comma)
+    assert re.search(r'id="served-by">page-worker-a</b>', dom), dom[:3000]  # "this page: worker ..."
+    for name in ("page-worker-a", "page-worker-b"):  # both workers: in the workers table and as owners
+        assert dom.count(f">{name}</td>") >= 2, (name, dom[-4000:])
+    legends = re.findall(r'<td class="u-value">([^<]*)</td>', dom)
+    assert len(legends) >= 3 and "--" not in legends, legends  # the latest values, not uPlot's "--"
     assert re.search(r"<td class=\"num\">40</td>", dom), "the campaign's cluster has 40 copies"
     assert kafka_settings.topics.pages in dom and "not_json" in dom  # partitions and DLQ reasons
     assert "(nothing to process)" in dom  # every event had its verdict before the page was read

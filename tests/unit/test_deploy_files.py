@@ -163,7 +163,9 @@ def test_grafana_dashboard_uses_only_metrics_the_workers_export():
     assert {"stream_dedup_events_in", "stream_dedup_verdicts", "stream_dedup_dlq", "stream_dedup_revisions",
             "stream_dedup_stage_seconds", "stream_dedup_bucket_bytes", "stream_dedup_state_bytes",
             "stream_dedup_bloom_fill_ratio", "stream_dedup_bloom_fp_rate_estimate",
-            "stream_dedup_consumer_lag"} <= used
+            "stream_dedup_consumer_lag", "stream_dedup_verdict_latency_seconds"} <= used
+    exprs = " ".join(t["expr"] for panel in dash["panels"] for t in panel["targets"])
+    assert "process_cpu_seconds_total" in exprs and "process_resident_memory_bytes" in exprs
 
 
 def test_readme_metrics_reference_lists_every_metric():

@@ -74,13 +74,15 @@ def judged(order: list[dict], how: str) -> dict:
     return out
 
 
-# Offsets from NOW: within a few days either way (all inside one window of each other), or far ahead.
-OFFSETS = st.one_of(st.integers(-3 * DAY, 3 * DAY), st.integers(2 * DAY, 5000 * DAY), st.sampled_from([DAY, DAY + 1]))
+# Offsets from NOW: within a few days either way (all inside one window of each other), far ahead
+# (rejected), or far behind (accepted: years old, or just one window apart, on either side of it).
+OFFSETS = st.one_of(st.integers(-3 * DAY, 3 * DAY), st.integers(2 * DAY, 5000 * DAY), st.sampled_from([DAY, DAY + 1]),
+                    st.integers(-5000 * DAY, -8 * DAY), st.sampled_from([-7 * DAY, -7 * DAY - 1, -7 * DAY + 1]))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(OFFSETS, min_size=len(SAMPLE), max_size=len(SAMPLE)), st.randoms(use_true_random=False))
-def test_verdicts_do_not_depend_on_arrival_order_with_far_future_ts(offsets, rnd):
+def test_verdicts_do_not_depend_on_arrival_order_with_far_future_or_far_past_ts(offsets, rnd):
     events = [{**e, "ts": NOW + off} for e, off in zip(SAMPLE, offsets)]
     in_order = judged(sorted(events, key=lambda e: (e["ts"], e["id"])), "scan")
     shuffled = list(events)

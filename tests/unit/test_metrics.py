@@ -91,3 +91,15 @@ def test_batched_histogram_folds_without_a_scrape(monkeypatch):
     series = h.labels()
     assert len(series.pending) == 5  # two folds of 10 happened on observe, memory stays bounded
     assert series.counts.tolist() == [20, 0]
+
+
+def test_exposition_has_process_gauges_and_the_verdict_latency_but_no_created_series():
+    m = Metrics()
+    m.verdict_latency.observe(0.2)
+    m.verdict_latency.observe(7.0)
+    m.events_in.inc()
+    text = m.render().decode()
+    assert "process_resident_memory_bytes" in text and "process_cpu_seconds_total" in text
+    assert _sample(m, "stream_dedup_verdict_latency_seconds_bucket", {"le": "0.25"}) == 1
+    assert _sample(m, "stream_dedup_verdict_latency_seconds_count", {}) == 2
+    assert "_created" not in text, [x for x in text.splitlines() if "_created" in x][:3]

@@ -22,3 +22,18 @@ def test_largest_clusters_take_the_latest_record_per_original():
     recs = [{"id": "a", "size": 2}, {"id": "b", "size": 5}, {"id": "a", "size": 9}, {"id": "c", "size": 3},
             {"id": "c", "size": 1}]
     assert [(c["id"], c["size"]) for c in largest_clusters(recs, n=5)] == [("a", 9), ("b", 5)]
+
+
+def test_workers_are_marked_stale_or_left_and_dropped_once_gone():
+    """A killed worker leaves the group: listed as "left" while its report is recent, then dropped;
+    a member whose reports stopped is "stale"; without the group's description nothing is dropped."""
+    import time
+
+    from stream_dedup.stream.status import current_workers
+
+    now = time.time()
+    reps = [{"worker": "a", "at": now - 5}, {"worker": "b", "at": now - 45}, {"worker": "killed", "at": now - 8},
+            {"worker": "gone", "at": now - 20}]
+    got = {w["worker"]: w["state"] for w in current_workers(reps, {"a", "b"})}
+    assert got == {"a": "ok", "b": "stale", "killed": "left"}
+    assert len(current_workers(reps, None)) == 4

@@ -59,3 +59,38 @@ def test_a_campaign_past_the_member_limit_is_counted_and_its_sample_stays_the_ea
     assert st.cluster().size == MAX_MEMBERS + 50
     st.leave(c.members[0])
     assert st.cluster() == afresh(st) and st.cluster().members[0] == c.members[1]
+
+
+def test_a_first_verdict_reports_its_page_record_time_once_and_the_time_crosses_the_wire():
+    """The workers' verdict latency: the page record's timestamp rides prepare -> exact -> decide and
+    leaves the decide state with the document's first verdict (revisions are not measured)."""
+    from stream_dedup.core.stages import DecideStage, exact_stage
+    from stream_dedup.core.exact import ExactStore
+    from stream_dedup.core.routing import fan_out
+    from stream_dedup.core.wire import Prepared, ToDecide
+
+    p = Prepared("a", 1000, b"d" * 16, "text", [], None, "样本", None, seen=1_780_000_000_123)
+    fp, _ = fan_out(p, 4)
+    assert Prepared.from_item(fp.to_bytes()).seen == p.seen
+    (expect,) = exact_stage(ExactStore({}, window=10**9), fp)
+    assert ToDecide.from_item(expect.to_bytes()).seen == p.seen
+    stage = DecideStage()
+    expect.expected = 1
+    assert stage.apply(expect) is None and stage.first_seen is None  # its answer is still out
+    assert DocState.from_wire(stage.states["a"].to_wire()).seen == p.seen
+    assert DocState.from_json(stage.states["a"].to_json()).seen == p.seen
+    v = stage.apply(ToDecide("answer", "a", 1000, None, part=0))
+    assert v is not None and v.revision == 0 and stage.first_seen == p.seen
+    assert stage.states["a"].seen is None  # not kept once measured
+
+
+def test_a_cluster_shows_the_start_of_its_original_as_sent():
+    from stream_dedup.config import Settings
+    from stream_dedup.core.engine import Engine
+
+    text = "【某银行】尊敬的客户：您的信用卡额度已提升至５００００元，详询ＡＢＣ客服。"
+    with Engine(Settings()) as e:
+        e.process({"id": "a", "text": text, "ts": 1})
+        e.process({"id": "b", "text": text, "ts": 2})
+        (c,) = e.clusters()
+    assert c.text == text and "，" in c.text and "５" in c.text  # not the normalized "," and "5"
