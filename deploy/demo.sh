@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the local broker (unless KAFKA_BOOTSTRAP is set), the topics, two workers, the
 # shipped sample replayed through them, a verdict summary; then it stops what it started.
+# DEMO_KEEP=1 keeps the broker and the workers running (their status pages open) until Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -40,9 +41,13 @@ echo "== two workers"
 mkdir -p .cache/demo
 for i in 1 2; do
   states+=(".cache/demo/$prefix-w$i")
-  STREAM_DEDUP_WORKER__STATE_DIR="${states[-1]}" STREAM_DEDUP_WORKER__WEB_PORT=$(( WEB_PORT ? WEB_PORT + i - 1 : 0 )) \
-    $BIN/stream-dedup worker >".cache/demo/$prefix-w$i.log" 2>&1 &
+  port=$(( WEB_PORT ? WEB_PORT + i - 1 : 0 ))
+  STREAM_DEDUP_WORKER__STATE_DIR="${states[-1]}" STREAM_DEDUP_WORKER__WEB_PORT=$port \
+    STREAM_DEDUP_WORKER__NAME="demo-w$i" $BIN/stream-dedup worker >".cache/demo/$prefix-w$i.log" 2>&1 &
   pids+=($!)
+  if [ "$port" != 0 ]; then
+    echo "worker demo-w$i: status page http://127.0.0.1:$port/status, metrics http://127.0.0.1:$port/metrics"
+  fi
 done
 
 echo "== produce examples/sample.jsonl"
@@ -74,3 +79,9 @@ for v in latest.values():
 print(f"summary: {len(latest)} of {sys.argv[2]} events have verdicts: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
 sys.exit(0 if len(latest) == int(sys.argv[2]) else 1)
 PY
+if [ "${DEMO_KEEP:-0}" = 1 ]; then
+  echo "== DEMO_KEEP=1: the broker on $KAFKA_BOOTSTRAP and both workers keep running; Ctrl-C stops them"
+  [ "$WEB_PORT" != 0 ] && echo "   status pages: http://127.0.0.1:$WEB_PORT/status and http://127.0.0.1:$(( WEB_PORT + 1 ))/status"
+  trap 'exit 0' INT TERM
+  while true; do sleep 1; done
+fi
