@@ -21,10 +21,13 @@ the gap filler does not run, and transaction markers occupy offsets.
 from __future__ import annotations
 
 import bisect
+import logging
 from typing import Any, Callable, Iterable, Optional
 
 from faust.types import TP
 from faust.utils.functional import consecutive_numbers
+
+log = logging.getLogger("stream_dedup.worker")
 
 
 def head_hole(base: int, acked: Iterable[int], gaps: Iterable[tuple[int, int]]) -> tuple[int, int] | None:
@@ -109,12 +112,34 @@ def forget(consumer: Any, tps: Iterable[TP]) -> None:
         pending.pop(tp, None)
 
 
+def held_add_gap(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Faust's ``_add_gap`` (the fetcher delivered an offset beyond the last one read: it takes the
+    offsets between as holding no record, and the commit passes them), except on the topics named by
+    ``app.stream_dedup_held_topics`` outside a transaction: the workers' internal topics, which no
+    transactional producer writes, so a jump there is offsets the stream never got. They then hold
+    the commit like any unprocessed offset, and ``HoleWatch`` reads them again (or marks those the
+    broker has no record at). Logged: every such jump is a skip to explain."""
+
+    async def _add_gap(self: Any, tp: TP, offset_from: int, offset_to: int) -> None:
+        if tp.topic in getattr(self.app, "stream_dedup_held_topics", ()) and not self.in_transaction:
+            log.warning("%s[%d]: the fetcher went past offsets %d..%d unread; they hold the commit until "
+                        "they are read", tp.topic, tp.partition, offset_from, offset_to - 1)
+            return
+        await original(self, tp, offset_from, offset_to)
+
+    _add_gap.stream_dedup = True  # type: ignore[attr-defined]
+    _add_gap.original = original  # type: ignore[attr-defined]
+    return _add_gap
+
+
 def install() -> None:
-    """Give Faust's consumer class the strict ``_new_offset`` (once)."""
+    """Give Faust's consumer class the strict ``_new_offset`` and the held ``_add_gap`` (once)."""
     from faust.transport.consumer import Consumer
 
     if not getattr(Consumer._new_offset, "stream_dedup", False):
         Consumer._new_offset = strict_new_offset(Consumer._new_offset)  # type: ignore[method-assign,assignment]
+    if not getattr(Consumer._add_gap, "stream_dedup", False):
+        Consumer._add_gap = held_add_gap(Consumer._add_gap)  # type: ignore[method-assign]
 
 
 def mark_processed(consumer: Any, tp: TP, first: int, last: int) -> None:

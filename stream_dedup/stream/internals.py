@@ -35,6 +35,7 @@ PRIVATE: list[tuple[str, str, str]] = [
     ("faust.transport.consumer.Consumer", "_buffered_partitions", "stall watch nudge (logged)"),
     ("faust.transport.consumer.Consumer", "_get_active_partitions", "stall watch nudge (logged)"),
     ("faust.transport.consumer.Consumer", "_new_offset", "patched: commits.strict_new_offset"),
+    ("faust.transport.consumer.Consumer", "_add_gap", "patched: commits.held_add_gap"),
     ("faust.transport.consumer.Consumer", "_commit_offsets", "commits.in_flight (read)"),
     ("faust.transport.consumer.Consumer", "wait_first", "patched: drain.fast_wait_first"),
     ("faust.transport.drivers.aiokafka.Consumer", "_commit", "patched: delivery guard before a commit"),
@@ -164,7 +165,8 @@ def check_versions() -> list[str]:
 
 def install() -> None:
     """Install every patch (idempotent): the fetch settings, the delivery guard on commits, the fast
-    hand-over of fetched messages, strict commits, and the bounded RocksDB store."""
+    hand-over of fetched messages, strict commits (no gap taken on internal topics), and the bounded
+    RocksDB store."""
     from . import commits, delivery, drain, rocks
 
     for problem in check_versions():

@@ -149,6 +149,9 @@ class Worker:
         self.app = faust_app(settings)
         self.ctx = ctx = WorkerContext(self.app, settings)
         self.topics = Topics.of(self.app, settings)
+        # no transactional producer writes these: a fetch that jumps there is a skip (commits.held_add_gap)
+        self.app.stream_dedup_held_topics = {self.topics.probes.get_topic_name(),  # type: ignore[attr-defined]
+                                             self.topics.answers.get_topic_name()}
         self.output = Output(ctx, self.topics)
         internals.attach(self.app, fetch_max_wait_ms=settings.worker.fetch_max_wait_ms,
                          fetch_min_bytes=settings.worker.fetch_min_bytes, delivery_guard=self.output.guard)

@@ -127,3 +127,27 @@ def test_a_commit_in_flight_is_no_hole():
     assert commit_base(c, TP3) == 0
     ack(c, 2)
     assert head_hole(commit_base(c, TP3), c._acked[TP3], []) == (0, 2)
+
+
+def test_a_fetch_jump_on_an_internal_topic_holds_the_commit_and_one_on_the_input_is_a_gap(caplog):
+    """Faust takes the offsets a fetch jumped over as holding no record and commits past them. On the
+    internal topics (no transactional producer writes them) they are offsets the stream never got:
+    ``held_add_gap`` leaves them unmarked, so the strict commit stops before them, and logs the jump.
+    On the input topic (a transactional producer's markers) Faust's rule stays."""
+    from stream_dedup.stream.commits import held_add_gap
+
+    add_gap = held_add_gap(getattr(Consumer._add_gap, "original", Consumer._add_gap))
+    pages = TP("pages", 0)
+    c = consumer(committed=10)
+    c._committed_offset[pages] = 10
+    c.app = SimpleNamespace(stream_dedup_held_topics={"probes", "answers"})
+    with caplog.at_level("WARNING", logger="stream_dedup.worker"):
+        asyncio.run(add_gap(c, TP3, 11, 20))
+        asyncio.run(add_gap(c, pages, 11, 20))
+    assert not c._gap[TP3] and c._gap[pages]
+    assert "probes[3]: the fetcher went past offsets 11..19 unread" in caplog.text
+    ack(c, 10, 20, 21)
+    assert STRICT(c, TP3) == 11  # 11..19 were never processed: the commit stops there
+    c.in_transaction = True  # exactly once: Faust's own rule, markers occupy offsets
+    asyncio.run(add_gap(c, TP3, 30, 31))
+    assert c._gap[TP3]
