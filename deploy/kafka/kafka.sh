@@ -7,7 +7,9 @@
 #   deploy/kafka/kafka.sh stop             stop it (every node) by PID
 #   deploy/kafka/kafka.sh status           say whether it runs
 #   deploy/kafka/kafka.sh bootstrap        the bootstrap servers to give clients
+#   deploy/kafka/kafka.sh kill             SIGKILL the broker (a crash: no clean shutdown)
 #   deploy/kafka/kafka.sh stop-node N      (KAFKA_NODES=3) stop node N only, a broker failure
+#   deploy/kafka/kafka.sh kill-node N      (KAFKA_NODES=3) SIGKILL node N only, a broker crash
 #   deploy/kafka/kafka.sh start-node N     (KAFKA_NODES=3) start node N again
 #
 # KAFKA_NODES=3: three nodes on KAFKA_PORT, KAFKA_PORT+10 and KAFKA_PORT+20 (controllers one port
@@ -191,6 +193,14 @@ stop_pid() {  # stop the process of pidfile $1
   say "stopped (pid $pid)"
 }
 
+kill_pid() {  # SIGKILL the process of pidfile $1 and wait until it is gone
+  local pid; pid="$(cat "$1")"
+  kill -KILL "$pid" 2>/dev/null || true
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  rm -f "$1"
+  say "killed (pid $pid)"
+}
+
 stop_node() { if node_running "$1"; then stop_pid "$(node_run "$1")/kafka.pid"; else say "node $1 not running"; fi; }
 
 stop_cluster() {  # every node at once: the last one alone would wait for a controller quorum
@@ -226,9 +236,16 @@ case "${1:-}" in
       [ "$up" -gt 0 ] || exit 1
     elif running; then echo "running pid $(cat "$pidfile") 127.0.0.1:$port"; else echo "stopped"; exit 1; fi ;;
   bootstrap) echo "${KAFKA_BOOTSTRAP:-$(servers)}" ;;
-  stop-node|start-node)
+  kill)
+    [ "$nodes" = 1 ] || { say "kill: with KAFKA_NODES=3, kill-node N"; exit 2; }
+    if running; then kill_pid "$pidfile"; else say "no broker running on port $port"; exit 1; fi ;;
+  stop-node|start-node|kill-node)
     [ "$nodes" = 3 ] || { say "$1 needs KAFKA_NODES=3"; exit 2; }
     case "${2:-}" in 1|2|3) ;; *) say "$1 N: N is 1, 2 or 3"; exit 2 ;; esac
-    if [ "$1" = stop-node ]; then stop_node "$2"; else start_node "$2"; fi ;;
-  *) echo "usage: $0 fetch|start [--fresh]|stop|status|bootstrap|stop-node N|start-node N" >&2; exit 2 ;;
+    case "$1" in
+      stop-node) stop_node "$2" ;;
+      start-node) start_node "$2" ;;
+      kill-node) if node_running "$2"; then kill_pid "$(node_run "$2")/kafka.pid"; else say "node $2 not running"; fi ;;
+    esac ;;
+  *) echo "usage: $0 fetch|start [--fresh]|stop|kill|status|bootstrap|stop-node N|kill-node N|start-node N" >&2; exit 2 ;;
 esac

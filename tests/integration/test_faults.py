@@ -11,10 +11,12 @@ verdict was out.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -180,3 +182,21 @@ def test_slow_index_stage_under_sustained_load_builds_lag_then_catches_up(kafka_
     assert peak >= 10, f"lag on the probes topic never grew: {samples}"
     assert final["total_lag"] == 0, f"did not catch up: {final['text']}"
     check(settings, events, got, dlq, workers)
+
+
+@pytest.mark.long  # fails while the loss recorded in bench/README.md's faults table is not fixed
+def test_the_fault_harness_short_version_loses_nothing(tmp_path):
+    """``bench/faults.py`` as a user runs it, shortened: its own broker, two workers, SIGKILL of each
+    worker and a broker crash while 3,000 SMS are sent; nothing lost, nothing different from scan,
+    every malformed event dead-lettered (the script exits non-zero otherwise), three faults timed."""
+    shared_data("sms/sms_spam_zh.jsonl")
+    results = tmp_path / "results"
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "faults.py"), "--events", "3000", "--brokers", "1",
+                        "--guarantees", "at_least_once", "--name", "faults_quick"], cwd=REPO, capture_output=True,
+                       text=True, timeout=1200, env=dict(os.environ, STREAM_DEDUP_BENCH_RESULTS=str(results)))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    (row,) = json.loads((results / "faults_quick.json").read_text(encoding="utf-8"))["rows"]
+    assert (row["events"], row["lost"], row["divergent"]) == (3000, 0, 0), row
+    assert row["dead_letters"] >= row["bad_sent"] > 0, row
+    assert [f["fault"].split(",")[0] for f in row["faults"]] == ["SIGKILL w0", "broker killed", "SIGKILL w1"], row
+    assert all(f["stall_s"] >= 0 for f in row["faults"]), row
