@@ -121,11 +121,26 @@ class Brokers:
 
 
 class WorkerProcs:
-    """Named worker processes of one app, each with its state folder and log in ``tmp``."""
+    """Named worker processes of one app, each with its state folder and log in ``tmp``. Like a
+    deployment's supervisor (compose's ``restart: unless-stopped``, a StatefulSet), a thread starts
+    again a worker that exited by itself (exit code 70 or 75: the worker asks for a restart);
+    ``restarts`` counts them. A worker this script kills is started by the schedule instead."""
 
     def __init__(self, settings, tmp: Path, guarantee: str) -> None:
         self.settings, self.tmp, self.guarantee = settings, tmp, guarantee
         self.procs: dict[str, subprocess.Popen] = {}
+        self.restarts: list[tuple[str, int]] = []
+        self.lock = threading.RLock()
+        self.done = threading.Event()
+        threading.Thread(target=self.supervise, daemon=True).start()
+
+    def supervise(self) -> None:
+        while not self.done.wait(1.0):
+            with self.lock:
+                for name, p in list(self.procs.items()):
+                    if p.poll() is not None:
+                        self.restarts.append((name, p.returncode))
+                        self.start(name)
 
     def start(self, name: str) -> None:
         s = self.settings
@@ -135,18 +150,24 @@ class WorkerProcs:
                    STREAM_DEDUP_WORKER__PROCESSING_GUARANTEE=self.guarantee,
                    STREAM_DEDUP_KAFKA__REPLICATION_FACTOR=str(s.kafka.replication_factor),
                    STREAM_DEDUP_KAFKA__MIN_INSYNC_REPLICAS=str(s.kafka.min_insync_replicas))
-        self.procs[name] = subprocess.Popen([sys.executable, "-m", "stream_dedup.cli", "worker"], env=env, cwd=REPO,
-                                            stdout=open(self.tmp / f"{name}.log", "ab"), stderr=subprocess.STDOUT)
+        with self.lock:
+            self.procs[name] = subprocess.Popen([sys.executable, "-m", "stream_dedup.cli", "worker"], env=env,
+                                                cwd=REPO, stdout=open(self.tmp / f"{name}.log", "ab"),
+                                                stderr=subprocess.STDOUT)
 
     def kill(self, name: str) -> None:
-        p = self.procs.pop(name)
+        with self.lock:
+            p = self.procs.pop(name)
         p.send_signal(signal.SIGKILL)
         p.wait()
 
     def stop_all(self) -> None:
-        for p in self.procs.values():
+        self.done.set()
+        with self.lock:  # a restart under way is done first
+            procs = list(self.procs.values())
+        for p in procs:
             p.send_signal(signal.SIGTERM)
-        for p in self.procs.values():
+        for p in procs:
             try:
                 p.wait(60)
             except subprocess.TimeoutExpired:
@@ -284,7 +305,8 @@ def run_row(events: list[dict], nodes: int, guarantee: str, rate: float, tmp: Pa
         dlq.start()
         time.sleep(15)
         dlq.done.set()
-        return {**compare(s, events, reader.got, len(dlq.got), done, t0, rate), "restores_s": workers.restores()}
+        return {**compare(s, events, reader.got, len(dlq.got), done, t0, rate), "restores_s": workers.restores(),
+                "restarts": workers.restarts}
     except Exception as e:
         raise RuntimeError(f"{e}\n{workers.logs()}") from e
     finally:
@@ -350,12 +372,12 @@ def main() -> None:
             rows.append([nodes, guarantee, r["events"], r["lost"], r["divergent"],
                          f"{r['dead_letters']} of {r['bad_sent']}"]
                         + [f"{f['stall_s']} / {f['longest_wait_s']}" for f in r["faults"]]
-                        + [max(r["restores_s"], default=0.0)]
+                        + [max(r["restores_s"], default=0.0), len(r["restarts"])]
                         + ["; ".join(f["fault"] for f in r["faults"][1:2])])
             print(rows[-1], flush=True)
     text = table(["brokers", "guarantee", "events", "lost", "divergent", "dead letters",
                   "SIGKILL w0: stall / wait s", "broker", "SIGKILL w1",
-                  "longest changelog restore s", "broker fault"], rows)
+                  "longest changelog restore s", "workers' own restarts", "broker fault"], rows)
     save(a.name, {"events": a.events, "rate": a.rate, "rows": results}, text)
     if any(r["lost"] or r["divergent"] or r["dead_letters"] < r["bad_sent"] for r in results):
         sys.exit("faults: events lost, verdicts divergent or malformed events without a dead letter")

@@ -184,7 +184,7 @@ def test_slow_index_stage_under_sustained_load_builds_lag_then_catches_up(kafka_
     check(settings, events, got, dlq, workers)
 
 
-@pytest.mark.long  # fails while the loss recorded in bench/README.md's faults table is not fixed
+@pytest.mark.long  # its own broker and ~3 minutes; make test covers crashes with the SIGKILL tests above
 def test_the_fault_harness_short_version_loses_nothing(tmp_path):
     """``bench/faults.py`` as a user runs it, shortened: its own broker, two workers, SIGKILL of each
     worker and a broker crash while 3,000 SMS are sent; nothing lost, nothing different from scan,
