@@ -67,6 +67,20 @@ def scan_cli(path: Path | str, out: Path | str, *options: str, env: dict | None 
                     *options], check=True, cwd=REPO, capture_output=True, env=env)
 
 
+def stop_processes(procs: list, wait_s: float = 60) -> None:
+    """SIGTERM every process (workers shut down side by side), then wait for each; kill one that has
+    not stopped within ``wait_s``."""
+    import signal
+
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def read_jsonl(path: Path, limit: int | None = None) -> list[dict]:
     out = []
     with open(path, encoding="utf-8") as f:

@@ -40,7 +40,7 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, devset, need_shared, read_jsonl, save, settings_for, table  # noqa: E402
+from common import REPO, devset, need_shared, read_jsonl, save, settings_for, stop_processes, table  # noqa: E402
 from kafka_e2e import env_for, free_port, wait_until_stable  # noqa: E402
 
 from stream_dedup.core.engine import Engine  # noqa: E402
@@ -165,13 +165,7 @@ class WorkerProcs:
         self.done.set()
         with self.lock:  # a restart under way is done first
             procs = list(self.procs.values())
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(60)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
 
     def restores(self) -> list[float]:
         """Seconds each changelog restore took (Faust's "Restoring state" to "Done reading" lines)."""

@@ -64,7 +64,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -80,7 +79,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (REPO, RESULTS, alternated, checkout_name, checkouts, devset, need_shared, read_jsonl,  # noqa: E402
-                    save, settings_for, table)
+                    save, settings_for, stop_processes, table)
 from worker_profile import CpuMeter, Profiler, summary  # noqa: E402
 import campaign  # noqa: E402
 
@@ -379,13 +378,7 @@ def run_one(events: list[dict], workers: int, rate: float | None, tmp: Path, pro
     finally:
         c.close()
         exited = [pr.poll() for pr in procs]  # a worker that left early (e.g. the stall watchdog's 75)
-        for pr in procs:
-            pr.send_signal(signal.SIGTERM)
-        for pr in procs:
-            try:
-                pr.wait(60)
-            except subprocess.TimeoutExpired:
-                pr.kill()
+        stop_processes(procs)
     drop_topics(s, prefix)
     # what the workers logged about lost messages they recovered (see stream/gaps.py)
     logs = [(tmp / f"{prefix}-{i}.log").read_text(errors="replace") for i in range(workers)]
