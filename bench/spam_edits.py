@@ -27,6 +27,8 @@ Leave-one-edit-class-out: for every held-out class, the short-text containment t
 originals and ham), then that class is scored at it: no threshold is fitted to the class it is
 scored on. With ``--peers`` a rensa char-3-gram MinHash LSH loop runs over the same stream at each
 threshold of its own grid, reported at its best (fitted on everything: its most favourable case).
+Beside each system: the share of LCQMC's hard-negative question pairs (``hard_negatives``) whose
+second question it calls a duplicate of the first.
 
     python bench/spam_edits.py --against ../old [--repeat 5]
 
@@ -267,6 +269,26 @@ def _bands(threshold: float, num_perm: int) -> int:
     return best
 
 
+def hard_negatives() -> Path:
+    """LCQMC's dev pairs of questions that differ in meaning (label 0) as one stream, each pair's two
+    questions one after the other: most share most of their characters ("…怎么切" / "…怎么吃")."""
+    out = WORK / "hard_negatives.jsonl"
+    rows = [json.loads(x) for x in (SHARED / "pairs" / "LCQMC_dev.jsonl").open(encoding="utf-8")]
+    with out.open("w", encoding="utf-8") as f:
+        for i, r in enumerate(r for r in rows if r["label"] == 0):
+            for j in (1, 2):
+                f.write(json.dumps({"id": f"hn-{i}-{j}", "text": r[f"text{j}"], "ts": 2 * i + j}, ensure_ascii=False) + "\n")
+    return out
+
+
+def called(verdicts: list[dict]) -> str:
+    """The share of hard-negative pairs whose second question was called a duplicate of the first."""
+    pairs = {v["id"].rsplit("-", 1)[0] for v in verdicts}
+    hits = sum(1 for v in verdicts if v["verdict"] == "duplicate" and v["id"].endswith("-2")
+               and v["id"][:-1] + "1" in (v["duplicate_of"], v.get("via")))
+    return f"{100 * hits / len(pairs):.2f}% of {len(pairs)}"
+
+
 def scores(verdicts: list[dict], labels: list[dict], held: str | None) -> tuple[dict, dict]:
     """(score of the originals, ham and the copies of class ``held``; of those and the OTHER classes).
 
@@ -335,17 +357,20 @@ def main() -> None:
         print(rows[-1], flush=True)
     n = sum(1 for _ in path.open())
     whole = {c: evaluate(v, labels).overall for c, v in runs.items()}
+    negatives = hard_negatives()
     summary = [["stream-dedup scan, containment " + str(c), round(w.precision, 4), round(w.recall, 4), round(w.f1, 4),
-                round(n / secs[c])] for c, w in whole.items()]
+                round(n / secs[c]), called(run_scan(negatives, containment=c))] for c, w in whole.items()]
     if a.peers:
         docs = [json.loads(x) for x in path.open(encoding="utf-8")]
+        pairs = [json.loads(x) for x in negatives.open(encoding="utf-8")]
         for t in (0.2, 0.3, 0.4, 0.5, 0.6):
             t0 = time.perf_counter()
             w = evaluate(run_rensa(docs, t), labels).overall
             summary.append([f"rensa char-3 MinHash LSH, Jaccard {t}", round(w.precision, 4), round(w.recall, 4),
-                            round(w.f1, 4), round(n / (time.perf_counter() - t0))])
+                            round(w.f1, 4), round(n / (time.perf_counter() - t0)), called(run_rensa(pairs, t))])
     text = (table(["held-out class", "copies", "containment fitted on the others", "precision", "recall", "F1"], rows)
-            + "\n\n" + table(["system (whole stream)", "precision", "recall", "F1", "docs/s"], summary))
+            + "\n\n" + table(["system (whole stream)", "precision", "recall", "F1", "docs/s",
+                               "hard-negative pairs called duplicate"], summary))
     speed = []
     if a.against:
         speed = speed_rows({"sms dev set": devset() / "sms.jsonl", "this stream": path}, checkouts(a.against), a.repeat)

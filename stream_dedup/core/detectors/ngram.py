@@ -12,7 +12,11 @@ w + m - 1 characters yields a common key, and a text of n grams emits about 2n /
 w = 12 (a common 15-character run shares a key): on the development benchmark it finds the same SMS
 copies as w = 8 with 4.6 keys per message instead of 6.6, and in the workers every key is a bucket
 write and a changelog message.
-Verify, two tests; either makes a match:
+Verify. A text under ``min_contained`` skeleton characters is a copy only with the same skeleton
+or contained whole and in one piece in the other, with at most half as much again added around it
+(under 8 characters: the same skeleton only): one changed or inserted character changes what a
+ten-character question asks ("左眼皮跳" / "右眼皮跳"; LCQMC's non-paraphrase pairs are full of
+them), while a spammer's tag or tail goes around the text. Longer texts, two tests; either makes a match:
 * a copy: Jaccard similarity of the jieba word sets of the two skeletons >= threshold, and (unless
   ``edit_threshold`` is 0) normalized Levenshtein similarity of the skeletons >= edit_threshold: a
   reworded question shares its words with the original but not their order, a copy shares both.
@@ -21,10 +25,9 @@ Verify, two tests; either makes a match:
 * a copy with additions (``containment``): what a campaign copy is, most of the original's text,
   in order, with a sender tag, a tail, inserted or changed characters. The share of the shorter
   skeleton (numbers left out) found in the longer as a common subsequence, or as character pairs for
-  clauses moved around. A shorter text under ``min_contained`` characters must be contained
-  whole, with at most half as much again added; under 8 characters, never ("好的", "收到").
-Keys stay winnowed: indexing every gram found 0.2% more of the campaign benchmark's copies
-(``bench/spam_edits.py``) at three to four times the cost per message.
+  clauses moved around.
+Keys stay winnowed: indexing every gram found few more of the campaign benchmark's copies
+(``bench/spam_edits.py``) at several times the cost per message.
 
 Payload: the count of the skeleton's distinct words (2 bytes), their 32-bit mmh3 hashes, sorted,
 then the skeleton. The words are found when the text is sketched, in the stateless stage that
@@ -36,6 +39,7 @@ A count of 0 (payloads of the previous version, or a text of more than 65,535 wo
 """
 from __future__ import annotations
 
+import re
 import struct
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -61,9 +65,10 @@ SHORT_TEXT = 36
 # a large one less); a steady trickle of input brings batches of a few
 SMALL_BATCH = 8
 _COUNT = struct.Struct(">H")
-# a shorter text of this many skeleton characters (numbers left out) up to ``min_contained`` is a
-# copy with additions only when it is contained whole
+# a shorter text under this many skeleton characters (numbers left out) is a copy only of the same
+# skeleton ("好的", "收到")
 WHOLE_CONTAINED = 8
+_LATIN = re.compile("(?<=[\u4e00-\u9fff])[a-z]+(?=[\u4e00-\u9fff])")  # letters between Han characters
 
 
 def winnow(hashes: np.ndarray, w: int) -> list[int]:
@@ -130,6 +135,13 @@ def winnow_many(hashes: np.ndarray, sizes: list[int], w: int) -> list[list[int]]
             o = int(offset[i])
             out[i] = [int(hashes[o:o + n].min())]
     return out
+
+
+def _contained_whole(a: str, b: str) -> bool:
+    """The shorter of two short texts is in the longer in one piece, with at most half as much again
+    around it, and has ``WHOLE_CONTAINED`` characters or more."""
+    short, long = (a, b) if len(a) <= len(b) else (b, a)
+    return len(short) >= WHOLE_CONTAINED and 2 * len(long) <= 3 * len(short) and short in long
 
 
 class NgramDetector(Detector):
@@ -213,10 +225,30 @@ class NgramDetector(Detector):
 
     def verify(self, a: bytes, b: bytes) -> Match | None:
         ska, skb = self._skeleton_cached(a), self._skeleton_cached(b)
+        if min(len(ska), len(skb)) < self.min_contained:
+            return self._short_copy(ska, skb)
         m = self._copy(a, b, ska, skb)
         if m is None and self.containment:
             m = self._contained(ska, skb)
         return m
+
+    def _short_copy(self, ska: str, skb: str) -> Match | None:
+        """A text under ``min_contained`` skeleton characters: the same skeleton, or (numbers left
+        out) contained whole and in one piece, with at most half as much again added before or after
+        it. One changed or inserted character inside a ten-character question changes what it asks
+        ("左眼皮跳" / "右眼皮跳", "为什么打" / "为什么不打"); a spammer's tag or tail goes around it."""
+        if ska == skb:
+            return Match(1.0)
+        if "#" in ska or "#" in skb:  # numbers vary inside a campaign and say little about the text
+            ska, skb = ska.replace("#", ""), skb.replace("#", "")
+        if _contained_whole(ska, skb):
+            return Match(1.0)
+        # Latin letters between Han characters: the remnants of a link or letters spammers put
+        # between words ("送#款www#c#m回t退订"); the Han text must still be contained whole
+        latin_a, latin_b = _LATIN.sub("", ska), _LATIN.sub("", skb)
+        if (latin_a, latin_b) != (ska, skb) and _contained_whole(latin_a, latin_b):
+            return Match(1.0)
+        return None
 
     def _copy(self, a: bytes, b: bytes, ska: str, skb: str) -> Match | None:
         """Copies of one text: the same words (Jaccard) in about the same order (edit similarity)."""
@@ -245,11 +277,11 @@ class NgramDetector(Detector):
             ska, skb = ska.replace("#", ""), skb.replace("#", "")
         short, long = (ska, skb) if len(ska) <= len(skb) else (skb, ska)
         n = len(short)
-        if n < WHOLE_CONTAINED or n < self.contained_ratio * len(long):
+        if n < self.min_contained:  # numbers left out it is short: whole, in one piece
+            return self._short_copy(short, long)
+        if n < self.contained_ratio * len(long):
             return None
-        if n < self.min_contained and 2 * len(long) > 3 * n:  # a short text with as much again added is a new one
-            return None
-        need = self.containment * n if n >= self.min_contained else n
+        need = self.containment * n
         # at least a third in order (of three clauses moved around, the longest stays), else no copy
         lcs = LCSseq.similarity(short, long, score_cutoff=(n + 2) // 3)
         if lcs >= need:
@@ -258,6 +290,6 @@ class NgramDetector(Detector):
             return None
         grams = {short[i:i + 2] for i in range(n - 1)}
         found = sum(1 for g in grams if g in long)
-        if found >= (self.containment if n >= self.min_contained else 1.0) * len(grams):
+        if found >= self.containment * len(grams):
             return Match(round(found / len(grams), 4))
         return None
