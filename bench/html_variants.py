@@ -19,7 +19,8 @@ from pathlib import Path
 
 import lxml.html
 
-from stream_dedup.core.html import BODY, EMPHASIS, extract_blocks, main_content, parse
+from stream_dedup.core.html import (BODY, COLOUR, EMPHASIS, FONT_SIZE, HEADING_LEVELS, NUMBERED, extract_blocks,
+                                    main_content, parse)
 
 
 def site(name: str) -> str:
@@ -52,12 +53,17 @@ def render(blocks: list[tuple[int, str]]) -> str:
     out = []
     for level, text in blocks:
         t = htmlmod.escape(text)
-        if level <= 6:
-            out.append(f"<h{level}>{t}</h{level}>")
+        if NUMBERED < level <= HEADING_LEVELS:
+            n = level - NUMBERED
+            out.append(f"<h{n}>{t}</h{n}>")
+        elif level == FONT_SIZE:
+            out.append(f'<p><span style="font-size: 20px">{t}</span></p>')
         elif level == EMPHASIS:
             out.append(f"<p><strong>{t}</strong></p>")
-        else:
-            assert level == BODY
+        elif level == COLOUR:
+            out.append(f'<p><font color="#c00000">{t}</font></p>')
+        else:  # a plain paragraph, or a numbered sub-heading (its number is in its text)
+            assert level == BODY or level <= NUMBERED
             out.append(f"<p>{t}</p>")
     return "\n".join(out)
 

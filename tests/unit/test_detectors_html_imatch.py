@@ -3,14 +3,17 @@ import json
 import sys
 from pathlib import Path
 
+import mmh3
+import numpy as np
 import pytest
 
 from stream_dedup.config import Settings
 from stream_dedup.core.detectors.imatch import ImatchDetector
-from stream_dedup.core.detectors.structure import StructureDetector, bloom, feature_strings, level_similarity
+from stream_dedup.core.detectors.structure import (Level, StructureDetector, bloom, feature_strings, found_in,
+                                                   level_similarity, tree_depths)
 from stream_dedup.core.document import Rejected
 from stream_dedup.core.engine import Engine
-from stream_dedup.core.html import BODY, EMPHASIS, extract_blocks
+from stream_dedup.core.html import BODY, COLOUR, EMPHASIS, FONT_SIZE, extract_blocks, heading
 from stream_dedup.core.stages import Preparer
 
 from ..conftest import shared_data
@@ -46,7 +49,7 @@ def test_main_content_drops_navigation_and_keeps_levels():
     blocks = extract_blocks(page("a", "防汛工作安排", ARTICLE_X))
     text = "".join(t for _, t in blocks)
     assert "频道" not in text and "版权所有" not in text and "var x" not in text
-    assert blocks[0] == (1, "防汛工作安排")
+    assert blocks[0] == (heading(1), "防汛工作安排")
     assert (EMPHASIS, "记者观察：各方积极回应。") in blocks
     assert [t for lvl, t in blocks if lvl == BODY] == ARTICLE_X
 
@@ -59,15 +62,59 @@ def test_line_breaks_split_blocks_and_bombs_are_rejected():
     assert e.value.reason == "html_too_deep"
 
 
-def test_feature_strings_and_bloom_estimate():
+def test_feature_strings_and_the_per_string_bloom_test():
     assert feature_strings("今天,天气很好.我们去公园吧?") == ["今天,", "天好.", "我吧?"]
-    fs = [f"{chr(0x4e00 + i)}{chr(0x4e80 + i)}." for i in range(200)]
-    _, a = bloom(fs)
-    _, b = bloom(fs[:180] + [f"{chr(0x5000 + i)}{chr(0x5100 + i)}." for i in range(20)])
-    _, small = bloom(fs[:100])
-    assert level_similarity(a, a) == pytest.approx(1.0, abs=0.01)
-    assert level_similarity(a, b) == pytest.approx(0.9, abs=0.04)  # true value 2*180/400
-    assert level_similarity(a, small) == pytest.approx(2 * 100 / 300, abs=0.04)  # folds 4096 bits to 2048
+    fs = np.array([mmh3.hash64(f"{chr(0x4e00 + i)}{chr(0x4e80 + i)}.", signed=False)[0] for i in range(200)],
+                  dtype=np.uint64)
+    other = np.array([mmh3.hash64(f"{chr(0x5000 + i)}{chr(0x5100 + i)}.", signed=False)[0] for i in range(200)],
+                     dtype=np.uint64)
+    a = Level(bloom(fs), fs)
+    assert found_in(fs, a.bits) == 200  # no false negatives
+    assert found_in(other, a.bits) <= 2  # 16 bits a string, k = 4: about 0.2% false positives
+    b = Level(bloom(np.concatenate([fs[:180], other[:20]])), np.concatenate([fs[:180], other[:20]]))
+    assert level_similarity(a, a) == 1.0
+    assert level_similarity(a, b) == pytest.approx(2 * 180 / 400, abs=0.01)
+    small = Level(bloom(fs[:100]), fs[:100])  # filters of other sizes: each string tested in the other's
+    assert level_similarity(a, small) == pytest.approx(2 * 100 / 300, abs=0.01)
+    assert level_similarity(a, b) == level_similarity(b, a)
+
+
+def test_structure_tree_rules():
+    """Same weight: sibling; lower: child; higher: compare with the parent, up to the title."""
+    h2, bold, body, num1, num2 = heading(2), EMPHASIS, BODY, 2, 3  # 一、 and （一）
+    assert tree_depths([body, body, body]) == [1, 1, 1]
+    assert tree_depths([h2, body, body, h2, body]) == [1, 2, 2, 1, 2]
+    assert tree_depths([h2, bold, body, bold, body, h2]) == [1, 2, 3, 2, 3, 1]
+    assert tree_depths([num1, num2, body, num2, body, num1, body]) == [1, 2, 3, 2, 3, 1, 2]
+    assert tree_depths([body, h2, body]) == [1, 1, 2]  # the first block is the title's first child
+
+
+def test_numbered_sub_headings_and_fonts_give_classes():
+    html = ("<html><body><article><h2>总体要求</h2>"
+            "<p>一、坚持稳中求进，推动高质量发展，各地各部门要认真落实。</p>"
+            "<p>（一）加强组织领导，压实各方责任，确保各项措施落地见效。</p>"
+            "<p>1．建立工作台账，明确时间节点，定期调度工作进展情况。</p>"
+            "<p>（1）每月报送一次进展，遇到重大问题及时报告，不得拖延。</p>"
+            '<p><span style="font-size: 22px">防汛工作进入关键时期</span></p>'
+            '<p><font color="red">请各单位高度重视，立即部署落实。</font></p>'
+            + "".join(f'<p style="font-size:16px">{t}</p>' for t in ARTICLE_X) +
+            "</article></body></html>")
+    classes = dict((t, lvl) for lvl, t in extract_blocks(html))
+    assert classes["总体要求"] == heading(2)
+    assert [classes[t] for t in classes if t[0] in "一（1"] == [2, 3, 4, 5]
+    assert classes["防汛工作进入关键时期"] == FONT_SIZE
+    assert classes["请各单位高度重视，立即部署落实。"] == COLOUR
+    assert all(classes[t] == BODY for t in ARTICLE_X)  # every paragraph in the usual size: none set apart
+
+
+def test_real_pages_numbered_sub_headings_and_font_sizes():
+    """chinacomcn_1 numbers its measures 一、 二、 …; jlgov_1 sets its notice's title in a larger font."""
+    china = extract_blocks(shared_data("html_dev/chinacomcn_1.html").read_text("utf-8", errors="replace"))
+    numbered = [t for lvl, t in china if lvl == 2]
+    assert len(numbered) >= 4 and numbered[0].startswith("一、") and numbered[1].startswith("二、")
+    gov = extract_blocks(shared_data("html_dev/jlgov_1.html").read_text("utf-8", errors="replace"))
+    assert any(lvl == FONT_SIZE for lvl, _ in gov)
+    assert any(lvl == BODY for lvl, _ in gov)
 
 
 def test_structure_same_article_other_template_is_duplicate_different_article_same_template_is_not(prep):

@@ -1,35 +1,41 @@
-"""HTML structure detector: text-structure tree + punctuation feature strings, compared per level.
+"""HTML structure detector: the text-structure tree and punctuation feature strings of Xiong, Ya and
+Zhang (2013, ``docs/references/xiong2013-structure-tree-feature-strings-bloom.txt``).
 
-The method (after the Chinese web-page dedup literature on "文本结构树 + 标点特征串"): a page's
-main content is a tree of levels (headings h1..h6, emphasis blocks, body paragraphs; see
-``core.html``). Every clause that ends in a high-frequency punctuation mark (after normalization:
-``. ? ! ; ,``) contributes a *feature string*: its first character, its last character and the
-mark. Feature strings are grouped per level into "tag text blocks". Two pages are duplicates when,
-for a share > ``beta2`` (0.90) of the levels either page has, the level's blocks are similar:
-``2c / (o + w) > beta`` (0.92), where o and w are the feature counts and c the common ones.
+The method: a page's main-content blocks carry weights (``core.html``: numbered sub-headings, then
+headings h1..h6, font size, bold, font colour, then plain paragraphs). They form a tree under the
+page's title by the paper's three rules: a block of the same weight as the one before is its right
+sibling, of a lower weight its child, of a higher weight is compared with that block's parent, and
+so on up (a first block that is an HTML heading is the title itself). A block's depth
+in the tree is its level. Every clause that ends in a high-frequency
+punctuation mark (after normalization ``. ? ! ; ,``) gives a *feature string*: its first and last
+characters and the mark. A level's feature strings go into a Bloom filter; two pages are compared
+level by level by testing each feature string of one against the other's filter: with c strings
+found, o and w the two levels' string counts, the level is similar when 2c / (o + w) > ``beta``
+(0.92), and the pages are duplicates when 2s / (levels of A + levels of B) > ``beta2`` (0.90), s the
+similar levels. Both directions are tested and the smaller c kept, so that which page came first
+never changes the answer.
 
-Why it suits reposted news: a repost in another site's template keeps the sentences and their
-punctuation while the markup, the furniture and often the spacing change; a different article in
-the *same* template shares the furniture (already dropped by extraction) but almost none of the
-clause boundaries.
+Why it suits reposted news: a repost in another site's template keeps the sentences, their
+punctuation and the article's own sub-headings while the markup around it changes; a different
+article in the *same* template shares the furniture (already dropped by extraction) but almost
+none of the clause boundaries.
 
-Payload: per level a Bloom filter of the feature strings (power-of-two bits, 16 per feature, k = 4),
-so a page's payload is small and fixed per feature. ``verify`` estimates c from the filters without
-the strings: fold both to the smaller size (a 2m-bit filter with index ``h mod 2m`` folds to m bits
-by OR-ing its halves), then ``n(X) = -(m/k) ln(1 - bits(X)/m)`` for A, B and A|B, and
-``c = n(A) + n(B) - n(A|B)``. Keys: the ``keys`` smallest feature hashes of the page (bottom-k),
-which near-identical feature sets share.
+Payload: a format byte, then per level its depth, its filter (a power of two bits, 16 per string,
+k = 4 positions by double hashing) and its strings' 64-bit hashes. Keys: the ``keys`` smallest
+string hashes of the page (bottom-k), which pages with nearly the same strings share: the paper
+compares a page with every stored source page, which a stream cannot afford.
 """
 from __future__ import annotations
 
 import math
 import re
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import mmh3
 import numpy as np
 
+from ..html import HEADING_LEVELS, NUMBERED
 from .base import Detector, Match, Sketch
 
 if TYPE_CHECKING:
@@ -38,9 +44,12 @@ if TYPE_CHECKING:
 _CLAUSE = re.compile(r"[^.?!;,]+[.?!;,]")
 _K = 4
 _BITS_PER_FEATURE = 16
+FORMAT = 0xF1  # the first byte of this payload; earlier payloads (a level count first) are not compared
+_LEVEL = struct.Struct("<BBH")  # depth, log2 of the filter's bits, string count
 
 
 def feature_strings(text: str) -> list[str]:
+    """First character, last character and closing mark of every clause that ends in one."""
     out = []
     for m in _CLAUSE.finditer(text):
         clause = m.group().strip()
@@ -50,41 +59,65 @@ def feature_strings(text: str) -> list[str]:
     return out
 
 
-def _positions(h: int, m: int) -> list[int]:
-    # Kirsch-Mitzenmacher double hashing from one 64-bit hash; index mod m (m a power of two) so filters fold
-    a, b = h & 0xFFFFFFFF, (h >> 32) | 1
-    return [(a + i * b) & (m - 1) for i in range(_K)]
+def tree_depths(weights: list[int]) -> list[int]:
+    """Each block's depth in the text-structure tree (the title is the root, depth 0). Weights are
+    classes, a lower number a higher weight: equal -> sibling, lower weight -> child, higher -> compare
+    with the parent, and so up the path to the root, which outranks every block."""
+    path: list[tuple[int, int]] = [(-1, 0)]  # (weight class, depth) from the root to the last block
+    out = []
+    for i, w in enumerate(weights):
+        if i == 0:
+            path.append((w, 1))  # the first block is the root's first child whatever its weight
+        else:
+            while w < path[-1][0]:  # a higher weight than the node: compare with its parent
+                path.pop()
+            if w == path[-1][0]:
+                path[-1] = (w, path[-1][1])  # a right sibling takes the node's place on the path
+            else:
+                path.append((w, path[-1][1] + 1))
+        out.append(path[-1][1])
+    return out
 
 
-def bloom(features: list[str]) -> tuple[int, np.ndarray]:
-    m = 1 << max(6, math.ceil(math.log2(max(1, len(features)) * _BITS_PER_FEATURE)))
+def _hashes(features: list[str]) -> np.ndarray:
+    return np.array(sorted({mmh3.hash64(f, signed=False)[0] for f in features}), dtype=np.uint64)
+
+
+def _positions(hashes: np.ndarray, m: int) -> np.ndarray:
+    """The k filter positions of each hash (Kirsch-Mitzenmacher double hashing), shape (k, n)."""
+    a = hashes & np.uint64(0xFFFFFFFF)
+    b = (hashes >> np.uint64(32)) | np.uint64(1)
+    steps = np.arange(_K, dtype=np.uint64)[:, None]
+    return (a[None, :] + steps * b[None, :]) & np.uint64(m - 1)
+
+
+def bloom(hashes: np.ndarray) -> np.ndarray:
+    """A filter of a power of two bits, 16 per string, with the strings' positions set."""
+    m = 1 << max(6, math.ceil(math.log2(max(1, hashes.size) * _BITS_PER_FEATURE)))
     bits = np.zeros(m, dtype=bool)
-    for f in features:
-        bits[_positions(mmh3.hash64(f, signed=False)[0], m)] = True
-    return m, bits
-
-
-def _fold(bits: np.ndarray, m: int) -> np.ndarray:
-    while len(bits) > m:
-        half = len(bits) // 2
-        bits = bits[:half] | bits[half:]
+    bits[_positions(hashes, m).ravel()] = True
     return bits
 
 
-def _card(bits: np.ndarray) -> float:
-    m = len(bits)
-    x = min(int(bits.sum()), m - 1)
-    return -(m / _K) * math.log(1 - x / m)
+def found_in(hashes: np.ndarray, bits: np.ndarray) -> int:
+    """How many of the strings the filter says it holds (each string tested on its own)."""
+    if not hashes.size:
+        return 0
+    return int(bits[_positions(hashes, bits.size)].all(axis=0).sum())
 
 
-def level_similarity(a: np.ndarray, b: np.ndarray) -> float:
-    m = min(len(a), len(b))
-    a, b = _fold(a, m), _fold(b, m)
-    na, nb, nu = _card(a), _card(b), _card(a | b)
-    if na + nb == 0:
+class Level(NamedTuple):
+    bits: np.ndarray
+    hashes: np.ndarray
+
+
+def level_similarity(a: Level, b: Level) -> float:
+    """2c / (o + w), c the strings of one level found in the other's filter (the smaller way round)."""
+    o, w = a.hashes.size, b.hashes.size
+    if o + w == 0:
         return 1.0
-    c = max(0.0, min(na, nb, na + nb - nu))
-    return 2 * c / (na + nb)
+    c = min(found_in(a.hashes, b.bits), found_in(b.hashes, a.bits))
+    return 2 * c / (o + w)
 
 
 class StructureDetector(Detector):
@@ -101,44 +134,60 @@ class StructureDetector(Detector):
         return doc.kind == "html" and bool(doc.html_blocks)
 
     def levels(self, doc: "Doc") -> dict[int, list[str]]:
+        """Feature strings per level (tree depth); levels without any are left out. The page's
+        title is the root: an HTML heading before the first block with feature strings (the blocks
+        before it, without sentences, are left out with it)."""
+        blocks = doc.html_blocks or []
+        features = [feature_strings(text) for _, text in blocks]
+        start = 0
+        for i, (w, _) in enumerate(blocks):
+            if NUMBERED < w <= HEADING_LEVELS:
+                start = i + 1
+                break
+            if features[i]:  # sentences before any heading: no title among them
+                break
         out: dict[int, list[str]] = {}
-        for level, text in doc.html_blocks or ():
-            fs = feature_strings(text)
+        for depth, fs in zip(tree_depths([w for w, _ in blocks[start:]]), features[start:]):
             if fs:
-                out.setdefault(level, []).extend(fs)
+                out.setdefault(depth, []).extend(fs)
         return out
 
     def sketch(self, doc: "Doc") -> Sketch | None:
-        levels = self.levels(doc)
-        every = sorted({f for fs in levels.values() for f in fs})
-        if len(every) < self.min_features:
+        levels = {depth: _hashes(fs) for depth, fs in self.levels(doc).items()}
+        every = np.unique(np.concatenate(list(levels.values()))) if levels else np.zeros(0, np.uint64)
+        if every.size < self.min_features:
             return None
-        hashes = sorted({mmh3.hash64(f, signed=False)[0] >> 1 for f in every})
-        parts = [struct.pack("<B", len(levels))]
-        for level, fs in sorted(levels.items()):
-            m, bits = bloom(fs)
-            parts.append(struct.pack("<BB", level, int(math.log2(m))) + np.packbits(bits).tobytes())
-        return Sketch(tuple(hashes[:self.n_keys]), b"".join(parts))
+        parts = [struct.pack("<BB", FORMAT, len(levels))]
+        for depth, hashes in sorted(levels.items()):
+            bits = bloom(hashes)
+            parts.append(_LEVEL.pack(min(depth, 255), int(math.log2(bits.size)), hashes.size))
+            parts.append(np.packbits(bits).tobytes() + hashes.astype("<u8").tobytes())
+        keys = tuple(int(h) >> 1 for h in every[:self.n_keys])
+        return Sketch(keys, b"".join(parts))
 
     @staticmethod
-    def unpack(payload: bytes) -> dict[int, np.ndarray]:
-        n = payload[0]
-        pos, out = 1, {}
-        for _ in range(n):
-            level, log_m = payload[pos], payload[pos + 1]
+    def unpack(payload: bytes) -> dict[int, Level] | None:
+        """Levels by depth; None for a payload of an earlier format."""
+        if len(payload) < 2 or payload[0] != FORMAT:
+            return None
+        pos, out = 2, {}
+        for _ in range(payload[1]):
+            depth, log_m, n = _LEVEL.unpack_from(payload, pos)
+            pos += _LEVEL.size
             m = 1 << log_m
-            raw = np.frombuffer(payload, dtype=np.uint8, count=m // 8, offset=pos + 2)
-            out[level] = np.unpackbits(raw).astype(bool)
-            pos += 2 + m // 8
+            bits = np.unpackbits(np.frombuffer(payload, dtype=np.uint8, count=m // 8, offset=pos)).astype(bool)
+            pos += m // 8
+            hashes = np.frombuffer(payload, dtype="<u8", count=n, offset=pos).astype(np.uint64)
+            pos += 8 * n
+            out[depth] = Level(bits, hashes)
         return out
 
     def verify(self, a: bytes, b: bytes) -> Match | None:
         la, lb = self.unpack(a), self.unpack(b)
-        levels = set(la) | set(lb)
-        if not levels:
+        if not la or not lb:
             return None
-        sims = [level_similarity(la[lv], lb[lv]) if lv in la and lv in lb else 0.0 for lv in sorted(levels)]
-        share = sum(s > self.beta for s in sims) / len(sims)
-        if share > self.beta2:
+        sims = [level_similarity(la[d], lb[d]) for d in la.keys() & lb.keys()]
+        similar = sum(s > self.beta for s in sims)
+        if 2 * similar / (len(la) + len(lb)) > self.beta2:
             return Match(round(min(sims), 4))
         return None
