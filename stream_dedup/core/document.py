@@ -49,6 +49,7 @@ class Doc:
     html_blocks: list[tuple[int, str]] | None = None  # (level, normalized text) for HTML pages
     cache: dict[str, Any] = field(default_factory=dict, repr=False)  # per-doc features (words, skeleton)
     sample: str = ""  # the start of the text as sent (HTML: as extracted), what a cluster record shows
+    note: str | None = None  # why it is judged unique without a comparison (NO_ARTICLE), else None
 
     @property
     def order(self) -> tuple[int, str]:
@@ -56,6 +57,8 @@ class Doc:
 
 
 SAMPLE_CHARS = 60
+# the note of an HTML page whose main content holds no article text (``html.has_article``)
+NO_ARTICLE = "no_article_text"
 
 
 @dataclass(frozen=True)
@@ -194,21 +197,25 @@ def validate(event: dict, default_ts: int | None = None, limits: Limits = Limits
 
 def make_doc(ident: str, ts: int, kind: str, body: str, *, title: str | None = None, rank: float | None = None,
              t2s: bool = True, limits: Limits = Limits()) -> Doc:
-    blocks = None
+    blocks, note = None, None
     if kind == "html":
-        from .html import extract_blocks
+        from .html import extract_blocks, has_article, page_text
 
         raw = extract_blocks(body, max_depth=limits.max_html_depth)
+        if not has_article(raw):  # nothing to compare: unique, with the reason, if it has text at all
+            note, raw = NO_ARTICLE, [(0, page_text(body, max_depth=limits.max_html_depth))]
         blocks = [(lvl, normalize(t, t2s=t2s)) for lvl, t in raw]
         blocks = [(lvl, t) for lvl, t in blocks if t]
         text = " ".join(t for _, t in blocks)
         sample = sample_of(" ".join(t for _, t in raw))
+        if note:
+            blocks = []
     else:
         text = normalize(body, t2s=t2s)
         sample = sample_of(body)
     if not text:
         raise Rejected("empty_text", "no text left after normalization")
-    return Doc(ident, ts, text, digest128(text), kind, title, rank, blocks, sample=sample)
+    return Doc(ident, ts, text, digest128(text), kind, title, rank, blocks, sample=sample, note=note)
 
 
 def sample_of(text: str) -> str:

@@ -54,4 +54,4 @@ def fan_out(p: Prepared, partitions: int) -> tuple[Prepared, list[Probe]]:
     The Kafka worker sends both on the probes topic, the Prepared to ``digest_partition`` (see
     ``index_item``)."""
     probes = route_probes(p, partitions)
-    return Prepared(p.id, p.ts, p.digest, p.kind, [], p.rank, p.snippet, len(probes), p.seen), probes
+    return Prepared(p.id, p.ts, p.digest, p.kind, [], p.rank, p.snippet, len(probes), p.seen, p.note), probes

@@ -76,12 +76,12 @@ class Preparer:
 
     def sketch(self, doc: Doc) -> Prepared:
         sketches = []
-        for det in self.detectors:
+        for det in self.detectors if doc.note is None else ():  # a noted page is not compared
             if det.applies(doc):
                 s = det.sketch(doc)
                 if s is not None and s.keys:
                     sketches.append((det.code, s.keys, s.payload))
-        return Prepared(doc.id, doc.ts, doc.digest, doc.kind, sketches, doc.rank, doc.sample)
+        return Prepared(doc.id, doc.ts, doc.digest, doc.kind, sketches, doc.rank, doc.sample, note=doc.note)
 
     def prepare(self, raw: bytes | str | dict, default_ts: int | None = None) -> Prepared:
         """Raises Rejected with a reason code for anything that cannot be judged."""
@@ -132,9 +132,12 @@ def admit_id(seen: bytes | None, p: Prepared) -> bool:
 def exact_stage(store: ExactStore, p: Prepared) -> list[ToDecide]:
     """The exact stage's word on one document (a ``fan_out`` Prepared) for decide: it expects
     ``p.probes`` answers, with the exact original as its candidate when it is a copy."""
-    out = store.process(p.digest, p.ts, p.id)
     assert p.probes is not None, "exact_stage takes the Prepared that fan_out made"
     expected = p.probes
+    if p.note is not None:  # judged without a comparison (a page without article text): not stored
+        return [ToDecide("expect", p.id, p.ts, None, expected=expected, rank=p.rank, snippet=p.snippet,
+                         seen=p.seen, note=p.note)]
+    out = store.process(p.digest, p.ts, p.id)
     msgs: list[ToDecide] = []
     if out.first:
         msgs.append(ToDecide("expect", p.id, p.ts, None, expected=expected, rank=p.rank, snippet=p.snippet,
@@ -309,6 +312,8 @@ class DecideStage:
                 st.snippet = msg.snippet
             if msg.seen is not None:
                 st.seen = msg.seen
+            if msg.note is not None:
+                st.note = msg.note
             st.offer(msg.cand)
         elif msg.kind == "answer":
             assert msg.part is not None

@@ -56,9 +56,11 @@ class Verdict:
     ts: int
     revision: int
     via: str | None = None  # the document it matched, when that is not its cluster's original
+    note: str | None = None  # a unique verdict given without a comparison, and why (``document.NO_ARTICLE``)
 
     def key(self) -> tuple:
-        return (self.verdict, self.match, self.duplicate_of, self.detector, self.similarity, self.distance, self.via)
+        k = (self.verdict, self.match, self.duplicate_of, self.detector, self.similarity, self.distance, self.via)
+        return k + (self.note,) if self.note is not None else k
 
     def to_dict(self) -> dict[str, Any]:
         d = {"id": self.id, "verdict": self.verdict, "match": self.match, "duplicate_of": self.duplicate_of,
@@ -66,6 +68,8 @@ class Verdict:
              "ts": self.ts, "revision": self.revision}
         if self.via is not None:
             d["via"] = self.via
+        if self.note is not None:
+            d["note"] = self.note
         return d
 
 
@@ -89,6 +93,7 @@ class DocState:
     root: list | None = None
     children: list[str] = field(default_factory=list)
     seen: int | None = None  # the page record's timestamp (workers), until its first verdict is out
+    note: str | None = None  # judged unique without a comparison, and why (``Verdict.note``)
     # What ``cluster`` needs of ``members``, kept up to date by ``join`` and ``leave`` and rebuilt
     # when None (a state read back from the store, or a leave of one of them); never stored. Why:
     # recomputed per call, a campaign's original (up to MAX_MEMBERS members, every copy a join)
@@ -135,7 +140,7 @@ class DocState:
         best = self.best
         assert self.ts is not None
         if best is None:
-            return Verdict(self.id, "unique", None, None, None, None, None, self.ts, self.revision)
+            return Verdict(self.id, "unique", None, None, None, None, None, self.ts, self.revision, note=self.note)
         original = self.root[1] if self.root is not None else best.id
         return Verdict(self.id, "duplicate", best.match, original, best.detector, best.similarity, best.distance,
                        self.ts, self.revision, best.id if original != best.id else None)
@@ -211,6 +216,8 @@ class DocState:
             d["children"] = self.children
         if self.seen is not None:
             d["seen"] = self.seen
+        if self.note is not None:
+            d["note"] = self.note
         return d
 
     def to_wire(self) -> list:
@@ -218,13 +225,14 @@ class DocState:
         return [self.id, self.ts, self.expected, sorted(self.answered), self.exact.to_list() if self.exact else None,
                 self.near.to_list() if self.near else None, self.revision,
                 list(self.emitted) if self.emitted else None, self.rank, self.members or None, self.extra,
-                self.snippet, self.root, self.children or None, self.seen]
+                self.snippet, self.root, self.children or None, self.seen, self.note]
 
     @classmethod
     def from_wire(cls, v: list) -> "DocState":
         return cls(v[0], v[1], v[2], set(v[3]), Candidate.from_list(v[4]) if v[4] else None,
                    Candidate.from_list(v[5]) if v[5] else None, v[6], tuple(v[7]) if v[7] else None, v[8],
-                   v[9] or {}, v[10], v[11], v[12], v[13] or [], v[14] if len(v) > 14 else None)
+                   v[9] or {}, v[10], v[11], v[12], v[13] or [], v[14] if len(v) > 14 else None,
+                   v[15] if len(v) > 15 else None)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "DocState":
@@ -232,7 +240,8 @@ class DocState:
                    Candidate.from_list(d["exact"]) if d["exact"] else None,
                    Candidate.from_list(d["near"]) if d["near"] else None, d["revision"],
                    tuple(d["emitted"]) if d["emitted"] else None, d.get("rank"), d.get("members", {}),
-                   d.get("extra", 0), d.get("snippet", ""), d.get("root"), d.get("children", []), d.get("seen"))
+                   d.get("extra", 0), d.get("snippet", ""), d.get("root"), d.get("children", []), d.get("seen"),
+                   d.get("note"))
 
 
 MAX_MEMBERS = 256

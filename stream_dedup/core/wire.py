@@ -164,10 +164,11 @@ class Prepared(_Wire):
     snippet: str = ""  # the start of the text as sent: the sample a cluster record shows
     probes: int | None = None
     seen: int | None = None
+    note: str | None = None  # judged unique without a comparison, and why (``document.NO_ARTICLE``)
 
     def _wire(self) -> list:
         return [self.id, self.ts, self.digest, self.kind, self.sketches, self.rank, self.snippet, self.probes,
-                self.seen]
+                self.seen, self.note]
 
     def __reduce__(self) -> tuple:
         """Pickled as the arguments of ``__init__``, which are its wire fields in their order. Why:
@@ -180,17 +181,17 @@ class Prepared(_Wire):
     def _json(self) -> bytes:
         return _dumps({"id": self.id, "ts": self.ts, "d": _b64(self.digest), "k": self.kind,
                        "s": [[c, list(k), _b64(p)] for c, k, p in self.sketches], "r": self.rank, "x": self.snippet,
-                       "n": self.probes, "w": self.seen})
+                       "n": self.probes, "w": self.seen, "o": self.note})
 
     @classmethod
     def _from_wire(cls, v: list) -> "Prepared":
         return cls(v[0], v[1], v[2], v[3], [(c, tuple(k), p) for c, k, p in v[4]], v[5], v[6], v[7],
-                   v[8] if len(v) > 8 else None)
+                   v[8] if len(v) > 8 else None, v[9] if len(v) > 9 else None)
 
     @classmethod
     def _from_json(cls, d: dict) -> "Prepared":
         return cls(d["id"], d["ts"], _unb64(d["d"]), d["k"], [(c, tuple(k), _unb64(p)) for c, k, p in d["s"]],
-                   d.get("r"), d.get("x", ""), d.get("n"), d.get("w"))
+                   d.get("r"), d.get("x", ""), d.get("n"), d.get("w"), d.get("o"))
 
 
 @dataclass
@@ -250,10 +251,11 @@ class ToDecide(_Wire):
     member: list | None = None
     snippet: str | None = None
     seen: int | None = None
+    note: str | None = None  # kind "expect": judged unique without a comparison, and why
 
     def _wire(self) -> list:
         return [self.kind, self.id, self.ts, self.cand.to_list() if self.cand else None, self.expected, self.part,
-                self.rank, self.member, self.snippet or None, self.seen]
+                self.rank, self.member, self.snippet or None, self.seen, self.note]
 
     def _json(self) -> bytes:
         d: dict[str, Any] = {"t": self.kind, "id": self.id, "ts": self.ts,
@@ -266,17 +268,19 @@ class ToDecide(_Wire):
             d["x"] = self.snippet
         if self.seen is not None:
             d["w"] = self.seen
+        if self.note is not None:
+            d["o"] = self.note
         return _dumps(d)
 
     @classmethod
     def _from_wire(cls, v: list) -> "ToDecide":
         return cls(v[0], v[1], v[2], Candidate.from_list(v[3]) if v[3] else None, v[4], v[5], v[6], v[7], v[8],
-                   v[9] if len(v) > 9 else None)
+                   v[9] if len(v) > 9 else None, v[10] if len(v) > 10 else None)
 
     @classmethod
     def _from_json(cls, d: dict) -> "ToDecide":
         return cls(d["t"], d["id"], d["ts"], Candidate.from_list(d["c"]) if d["c"] else None, d["n"], d["p"],
-                   d.get("r"), d.get("m"), d.get("x"), d.get("w"))
+                   d.get("r"), d.get("m"), d.get("x"), d.get("w"), d.get("o"))
 
 
 def index_item(item: Any) -> Prepared | Probe:

@@ -69,3 +69,36 @@ def test_one_article_in_two_templates_is_a_duplicate():
         engine.process({"id": "ifeng_3", "html": page("ifeng_3"), "ts": 1})
         engine.process({"id": "ifeng_4", "html": page("ifeng_4"), "ts": 2})
         assert engine.verdict("ifeng_4").duplicate_of == "ifeng_3"
+
+
+def emptied(name: str) -> str:
+    """A real page with its article taken out: the site's template alone (menus, related links,
+    footer), as a list or video page of the site looks to a crawler."""
+    import sys
+    from pathlib import Path
+
+    import lxml.html
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from html_variants import article_container, raw_blocks
+
+    root = lxml.html.document_fromstring(page(name))
+    box = article_container(root, [" ".join(t.split()) for _, t in raw_blocks(page(name))])
+    assert box is not None
+    box.drop_tree()
+    return lxml.html.tostring(root, encoding="unicode")
+
+
+@pytest.mark.parametrize("site", [("cdp1998_1", "cdp1998_2"), ("bjmu_1", "bjmu_1")])
+def test_a_template_without_its_article_is_unique_with_a_note(site):
+    """Two pages of one site without article text are neither rejected nor copies of each other
+    (their menus and headings would match, or be the same), nor matched by the site's article pages."""
+    a, b = site
+    with Engine(Settings()) as engine:
+        engine.process({"id": "article", "html": page(a), "ts": 1})
+        engine.process({"id": "empty-a", "html": emptied(a), "ts": 2})
+        engine.process({"id": "empty-b", "html": emptied(b), "ts": 3})
+        got = {v.id: v.to_dict() for v in engine.verdicts()}
+    for ident in ("empty-a", "empty-b"):
+        assert got[ident]["verdict"] == "unique" and got[ident]["note"] == "no_article_text", got[ident]
+    assert "note" not in got["article"]

@@ -94,3 +94,30 @@ def test_a_cluster_shows_the_start_of_its_original_as_sent():
         e.process({"id": "b", "text": text, "ts": 2})
         (c,) = e.clusters()
     assert c.text == text and "，" in c.text and "５" in c.text  # not the normalized "," and "5"
+
+
+def test_a_note_crosses_every_hop_and_the_exact_store_never_holds_the_noted_page():
+    """A page without article text: its note rides prepare -> exact -> decide (MessagePack and JSON,
+    and the stored state) into a unique verdict; the exact store never learns its digest, so a later
+    page of the same text is not its copy."""
+    from stream_dedup.core.exact import ExactStore
+    from stream_dedup.core.routing import fan_out
+    from stream_dedup.core.stages import DecideStage, exact_stage
+    from stream_dedup.core.wire import Prepared, ToDecide
+
+    store = ExactStore({}, window=10**9)
+    p = Prepared("a", 1000, b"d" * 16, "html", [], None, "首页 新闻", None, note="no_article_text")
+    fp, probes = fan_out(p, 4)
+    assert probes == [] and fp.probes == 0
+    for wire in (fp.to_bytes(), fp._json()):
+        assert Prepared.from_item(wire).note == "no_article_text"
+    (expect,) = exact_stage(store, fp)
+    assert ToDecide.from_item(expect.to_bytes()).note == ToDecide.from_item(expect._json()).note == "no_article_text"
+    stage = DecideStage()
+    v = stage.apply(ToDecide.from_item(expect.to_bytes()))
+    assert v is not None and v.verdict == "unique" and v.to_dict()["note"] == "no_article_text"
+    st = stage.states["a"]
+    assert DocState.from_wire(st.to_wire()).note == DocState.from_json(st.to_json()).note == "no_article_text"
+    later, _ = fan_out(Prepared("b", 2000, b"d" * 16, "html", [], None, "首页 新闻", None), 4)
+    (expect_b,) = exact_stage(store, later)
+    assert expect_b.cand is None  # the noted page is nobody's original
