@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from .document import Rejected
 
@@ -70,23 +70,36 @@ def extract_blocks(html: str, *, max_depth: int = 200) -> list[tuple[int, str]]:
     recall (a body it cut away: a comment disclaimer or a title left alone); the page walk only
     when both found almost none."""
     root = parse(html, max_depth)
-    precise = main_content(copy.deepcopy(root), recall=False)
-    best, score = precise, prose_chars(precise)
-    if score < _MIN_PROSE:
-        recalled = main_content(copy.deepcopy(root), recall=True)
-        r = prose_chars(recalled)
-        if r > max(score * 2, score + _MIN_PROSE):
-            best, score = [b for b in recalled if not _navigation(b[1])], r
-    if score < _MIN_MAIN_CHARS:
-        walked = prose_blocks(root)
-        if prose_chars(walked) > score:
-            best = walked
+    best = choose(main_content(copy.deepcopy(root), recall=False),
+                  lambda: main_content(copy.deepcopy(root), recall=True), lambda: prose_blocks(root))
     return weigh(root, best)
 
 
 # Han characters of prose below which the precise extraction may have lost the body (html_dev's
 # articles have 300 or more; a short news item in the 23 news pages, about 190)
 _MIN_PROSE = 100
+# how many times the precise extraction's prose the recall mode must find to replace it
+_RECALL_FACTOR = 2.0
+
+
+def choose(precise: list[tuple[int, str]], recalled: Callable[[], list[tuple[int, str]]],
+           walked: Callable[[], list[tuple[int, str]]], *, min_prose: int = _MIN_PROSE,
+           factor: float = _RECALL_FACTOR, min_main: int | None = None) -> list[tuple[int, str]]:
+    """The rule of ``extract_blocks`` over its three extractions (the other two made only when
+    needed). The constants are parameters so that ``bench/extraction_loo.py`` can score them
+    leaving one site out."""
+    min_main = _MIN_MAIN_CHARS if min_main is None else min_main
+    best, score = precise, prose_chars(precise)
+    if score < min_prose:
+        more = recalled()
+        r = prose_chars(more)
+        if r > max(score * factor, score + min_prose):
+            best, score = [b for b in more if not _navigation(b[1])], r
+    if score < min_main:
+        walk = walked()
+        if prose_chars(walk) > score:
+            best = walk
+    return best
 _SENTENCE_MARKS = frozenset("。！？；，、,.!?;")
 _NAV_MARKS = ("|", "｜", "·", ">>", "»")
 

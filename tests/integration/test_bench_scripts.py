@@ -125,6 +125,11 @@ def _spam_edits(d: dict) -> None:
     assert any(row[0].startswith("rensa") for row in d["whole"]), d["whole"]
 
 
+def _extraction_loo(d: dict) -> None:
+    default, held = d["rows"]
+    assert default[1] == held[1] == 132 and held[2] >= 0.9 * held[1], d["rows"]
+
+
 PURE: list[tuple[str, list[str], str, Callable[[dict], None]]] = [
     ("quality.py", ["--repeat", "1"], "quality", _quality),
     ("stages.py", ["--repeat", "1"], "stages", _stages),
@@ -137,6 +142,7 @@ PURE: list[tuple[str, list[str], str, Callable[[dict], None]]] = [
     ("index_scale.py", ["--sizes", "1000", "2000"], "index_scale", _index_scale),
     ("segmenters.py", ["--speed-docs", "50"], "segmenters", _segmenters),
     ("html_quality.py", ["--per-page", "1"], "html_quality", _html_quality),
+    ("extraction_loo.py", [], "extraction_loo", _extraction_loo),
     ("spam_edits.py", ["--originals", "150", "--ham", "500", "--grid", "0.8", "0.85", "--peers"], "spam_edits",
      _spam_edits),
 ]

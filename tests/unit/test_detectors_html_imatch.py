@@ -248,3 +248,15 @@ def test_every_detectors_verify_answers_the_same_both_ways():
                     matched[det.name] += 1
                     assert (ab.similarity, ab.distance) == pytest.approx((ba.similarity, ba.distance)), det.name
     assert set(matched) == set(NAMES) and all(n >= 1 for n in matched.values()), matched
+
+
+def test_a_small_level_that_extraction_let_through_does_not_split_a_page_from_its_copy(prep):
+    """A related-links heading and a line under it inside the article's box add a level of two
+    strings on one page only: not counted (``MIN_LEVEL_SHARE``), so the copy is still found."""
+    det = structure(prep)
+    leak = "<h3>相关阅读</h3><p>热点，推荐。</p>"
+    plain = prep.document({"id": "x", "html": page("a", "防汛", ARTICLE_X + ARTICLE_Y, sub=""), "ts": 1})
+    leaked = prep.document({"id": "y", "html": page("b", "防汛", ARTICLE_X + ARTICLE_Y, sub="").replace(
+        "</div></td>", leak + "</div></td>"), "ts": 2})
+    assert len(det.levels(leaked)) == len(det.levels(plain)) + 1
+    assert det.verify(det.sketch(plain).payload, det.sketch(leaked).payload) is not None

@@ -5,15 +5,16 @@ The method: a page's main-content blocks carry weights (``core.html``: numbered 
 headings h1..h6, font size, bold, font colour, then plain paragraphs). They form a tree under the
 page's title by the paper's three rules: a block of the same weight as the one before is its right
 sibling, of a lower weight its child, of a higher weight is compared with that block's parent, and
-so on up (a first block that is an HTML heading is the title itself). A block's depth
-in the tree is its level. Every clause that ends in a high-frequency
-punctuation mark (after normalization ``. ? ! ; ,``) gives a *feature string*: its first and last
-characters and the mark. A level's feature strings go into a Bloom filter; two pages are compared
-level by level by testing each feature string of one against the other's filter: with c strings
-found, o and w the two levels' string counts, the level is similar when 2c / (o + w) > ``beta``
-(0.92), and the pages are duplicates when 2s / (levels of A + levels of B) > ``beta2`` (0.90), s the
-similar levels. Both directions are tested and the smaller c kept, so that which page came first
-never changes the answer.
+so on up (a first block that is an HTML heading is the title itself). A block's depth in the
+tree is its level. Every clause that ends in a high-frequency punctuation mark (after
+normalization ``. ? ! ; ,``) gives a *feature string*: its first and last characters and the mark.
+A level's feature strings go into a Bloom filter; two pages are compared level by level by
+testing each feature string of one against the other's filter: with c strings found, o and w the
+two levels' string counts, the level is similar when 2c / (o + w) > ``beta`` (0.92), and the pages
+are duplicates when 2s / (levels of A + levels of B) > ``beta2`` (0.90), s the similar levels. A
+level holding under ``MIN_LEVEL_SHARE`` of its page's strings, the mark of template text that
+extraction let through, is not counted. Both directions are tested and the smaller c kept, so
+that which page came first never changes the answer.
 
 Why it suits reposted news: a repost in another site's template keeps the sentences, their
 punctuation and the article's own sub-headings while the markup around it changes; a different
@@ -120,6 +121,17 @@ def level_similarity(a: Level, b: Level) -> float:
     return 2 * c / (o + w)
 
 
+# a level holding less than this share of its page's feature strings is left out of the level
+# count: a related-links heading or a caption that extraction let through adds a level of a string
+# or two, and one such level on one page would make 2s / (o + w) fail for a page and its copy
+MIN_LEVEL_SHARE = 0.05
+
+
+def _substantial(levels: dict[int, Level]) -> dict[int, Level]:
+    total = sum(lv.hashes.size for lv in levels.values())
+    return {d: lv for d, lv in levels.items() if lv.hashes.size >= MIN_LEVEL_SHARE * total}
+
+
 class StructureDetector(Detector):
     name = "structure"
     code = 5
@@ -186,6 +198,7 @@ class StructureDetector(Detector):
         la, lb = self.unpack(a), self.unpack(b)
         if not la or not lb:
             return None
+        la, lb = _substantial(la), _substantial(lb)
         sims = [level_similarity(la[d], lb[d]) for d in la.keys() & lb.keys()]
         similar = sum(s > self.beta for s in sims)
         if 2 * similar / (len(la) + len(lb)) > self.beta2:
