@@ -161,10 +161,12 @@ def _s2t():
     return _T2S
 
 
-def build(originals: int, ham: int, seed: int) -> tuple[Path, Path]:
-    """The stream and its labels (see the module docstring), made once per size and seed."""
+def build(originals: int, ham: int, seed: int, copies: int = 2) -> tuple[Path, Path]:
+    """The stream and its labels (see the module docstring), made once per size and seed;
+    ``copies`` edited copies of every original (``bench/peers.py`` makes a long stream with more)."""
     WORK.mkdir(parents=True, exist_ok=True)
-    path, labels_path = WORK / f"stream-{originals}-{ham}-{seed}.jsonl", WORK / f"labels-{originals}-{ham}-{seed}.jsonl"
+    tag = f"{originals}-{ham}-{seed}" + (f"-x{copies}" if copies != 2 else "")
+    path, labels_path = WORK / f"stream-{tag}.jsonl", WORK / f"labels-{tag}.jsonl"
     if path.exists() and labels_path.exists():
         return path, labels_path
     rng = random.Random(seed)
@@ -192,7 +194,7 @@ def build(originals: int, ham: int, seed: int) -> tuple[Path, Path]:
     for s in spam:
         docs.append({"id": s["id"], "text": s["text"]})
         labels.append({"id": s["id"], "cluster": f"c-{s['id']}", "kind": "original", "edit": None})
-        for v in (1, 2):
+        for v in range(1, copies + 1):
             cls = rng.choice(CLASSES)
             text, applied = edit(cls, s["text"], rng)
             docs.append({"id": f"{s['id']}-v{v}", "text": text})

@@ -130,6 +130,12 @@ def _extraction_loo(d: dict) -> None:
     assert default[1] == held[1] == 132 and held[2] >= 0.9 * held[1], d["rows"]
 
 
+def _peers(d: dict) -> None:
+    systems = {r["system"].split(",")[0] for r in d["results"]}
+    assert systems == {"stream-dedup scan", "rensa", "gaoya"}, d["results"]
+    assert all(r["f1"] > 0.5 and r["docs_per_s"] > 0 for r in d["results"]), d["results"]
+
+
 PURE: list[tuple[str, list[str], str, Callable[[dict], None]]] = [
     ("quality.py", ["--repeat", "1"], "quality", _quality),
     ("stages.py", ["--repeat", "1"], "stages", _stages),
@@ -143,6 +149,7 @@ PURE: list[tuple[str, list[str], str, Callable[[dict], None]]] = [
     ("segmenters.py", ["--speed-docs", "50"], "segmenters", _segmenters),
     ("html_quality.py", ["--per-page", "1"], "html_quality", _html_quality),
     ("extraction_loo.py", [], "extraction_loo", _extraction_loo),
+    ("peers.py", ["--sets", "sms", "--repeat", "1", "--grid", "0.3"], "peers", _peers),
     ("spam_edits.py", ["--originals", "150", "--ham", "500", "--grid", "0.8", "0.85", "--peers"], "spam_edits",
      _spam_edits),
 ]
