@@ -19,8 +19,8 @@ from pathlib import Path
 
 import lxml.html
 
-from stream_dedup.core.html import (BODY, COLOUR, EMPHASIS, FONT_SIZE, HEADING_LEVELS, NUMBERED, extract_blocks,
-                                    main_content, parse)
+from stream_dedup.core.html import extract_blocks, main_content, parse
+from stream_dedup.core.paragraphs import BODY, COLOUR, EMPHASIS, FONT_SIZE, HEADING_LEVELS, NUMBERED
 
 
 def site(name: str) -> str:

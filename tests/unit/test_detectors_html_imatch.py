@@ -13,7 +13,8 @@ from stream_dedup.core.detectors.structure import (Level, StructureDetector, blo
                                                    level_similarity, tree_depths)
 from stream_dedup.core.document import Rejected
 from stream_dedup.core.engine import Engine
-from stream_dedup.core.html import BODY, COLOUR, EMPHASIS, FONT_SIZE, extract_blocks, heading
+from stream_dedup.core.html import extract_blocks
+from stream_dedup.core.paragraphs import BODY, COLOUR, EMPHASIS, FONT_SIZE, heading
 from stream_dedup.core.stages import Preparer
 
 from ..conftest import shared_data

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import mmh3
 import numpy as np
 
-from ..html import HEADING_LEVELS, NUMBERED
+from ..paragraphs import HEADING_LEVELS, NUMBERED
 from .base import Detector, Match, Sketch
 
 if TYPE_CHECKING:
