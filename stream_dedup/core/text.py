@@ -137,12 +137,15 @@ _SKELETON_DROP = re.compile(rf"[^0-9a-z{_CJK}]+")
 _DIGITS = re.compile(r"[0-9]+")
 # Spans that vary from one copy of a campaign to the next, masked before the skeleton is cut:
 # links (with a scheme, www., or a bare host under a common top-level domain, as short links are)
-# and sender tags in brackets (normalize folds 【】 to []) of up to 12 characters.
+# sender tags in brackets (normalize folds 【】 to []) of up to 12 characters, and opt-out instructions.
 _VARYING = re.compile(
     r"(?:https?://|www\.)[!-~]+"
     r"|(?<![a-z0-9])[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:cn|com|net|org|cc|me|ly|io|top|xyz|vip|co|info|la|gd|im)"
     r"(?:/[!-~]*)?(?![a-z0-9])"
-    r"|\[[^\[\]]{1,12}\]")
+    r"|\[[^\[\]]{1,12}\]"
+    # the opt-out instruction that commercial SMS must carry, as a sender tag is: 回T退订, 退订回N,
+    # 拒收请回复R, 回复TD退订, 不再接收请回T ...
+    r"|(?:退订|拒收|不再接收)请?(?:回复?|发送?)\s*[a-z0-9]{1,6}|(?:回复?|发送?)\s*[a-z0-9]{1,6}\s*(?:退订|拒收)")
 # look-alike characters that spam uses to dodge keyword filters, folded to one letter or digit
 _fold_lookalike = _char_folder({"o": "0", "l": "1", "i": "1", "|": "1", "z": "2", "s": "5", "b": "8",
                                  "〇": "0", "零": "0", "壹": "1", "贰": "2", "叁": "3", "肆": "4", "伍": "5",
@@ -153,11 +156,11 @@ def skeleton(normalized: str) -> str:
     """Letters, digits and CJK only, look-alikes folded, numbers as ``#``: the short-text view.
 
     Spam campaigns insert dots, stars, spaces or other characters between characters, swap
-    look-alike digits and letters, tag the sender, and change phone numbers, prices, codes and links
-    from one message to the next; the skeleton removes all of these, so that variants keep long
+    look-alike digits and letters, tag the sender, add an opt-out instruction, and change phone
+    numbers, prices, codes and links from one message to the next; the skeleton removes all of these, so that variants keep long
     common grams and the same words.
     """
-    if "." in normalized or "[" in normalized:
+    if "." in normalized or "[" in normalized or "退订" in normalized or "拒收" in normalized or "接收" in normalized:
         normalized = _VARYING.sub(" ", normalized)
     s = _SKELETON_DROP.sub("", normalized)
     s = _drop_interleaved(s)

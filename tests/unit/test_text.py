@@ -48,6 +48,17 @@ def test_skeleton_strips_spam_noise_and_folds_numbers():
     assert a == b == "加微信领取优惠电话#"
 
 
+@pytest.mark.parametrize("tail", ["回T退订", "，退订回N", " 拒收请回复R", "回复TD退订", "不再接收请回T", "退订请回复0000"])
+def test_an_opt_out_instruction_is_masked_as_a_sender_tag_is(tail):
+    """Commercial SMS must carry one; it says nothing about the message (and on a ten-character
+    message it would be a third of its grams)."""
+    assert skeleton(normalize("华为是如何做其转型的源动力" + tail)) == "华为是如何做其转型的源动力"
+
+
+def test_opt_out_words_in_ordinary_text_stay():
+    assert skeleton(normalize("他们退订了我的机票，回家收拾东西")) == "他们退订了我的机票回家收拾东西"
+
+
 @pytest.mark.parametrize("common", [(), ("。", "、", "“", "”", "《", "》"), ("。", "o")])
 def test_folding_by_expression_gives_what_translate_gives(common):
     """``_char_folder`` replaces ``str.translate`` (a dict lookup per character) for speed only,
