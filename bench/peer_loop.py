@@ -61,19 +61,26 @@ def gaoya_index(threshold: float):
     return query_insert
 
 
+def run(peer: str, threshold: float, docs: list[dict]) -> list[dict]:
+    """Verdicts of ``peer``'s loop over ``docs`` (dicts with id, text, ts), in (ts, id) order."""
+    index = {"rensa": rensa_index, "gaoya": gaoya_index}[peer](threshold)
+    docs = sorted(docs, key=lambda d: (d["ts"], d["id"]))
+    ids = [d["id"] for d in docs]  # a key is a document's position: earliest = smallest
+    out = []
+    for key, d in enumerate(docs):
+        hits = index(key, normalized(d["text"]))
+        out.append({"id": d["id"], "verdict": "duplicate" if hits else "unique",
+                    "duplicate_of": ids[min(hits)] if hits else None, "ts": d["ts"], "match": "near" if hits else None})
+    return out
+
+
 def main() -> None:
     peer, threshold, src, dst = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
-    index = {"rensa": rensa_index, "gaoya": gaoya_index}[peer](threshold)
     with open(src, encoding="utf-8") as f:
         docs = [json.loads(line) for line in f]
-    docs.sort(key=lambda d: (d["ts"], d["id"]))
-    ids = [d["id"] for d in docs]  # a key is a document's position: earliest = smallest
     with open(dst, "w", encoding="utf-8") as out:
-        for key, d in enumerate(docs):
-            hits = index(key, normalized(d["text"]))
-            first = ids[min(hits)] if hits else None
-            out.write(json.dumps({"id": d["id"], "verdict": "duplicate" if hits else "unique", "duplicate_of": first,
-                                  "ts": d["ts"], "match": "near" if hits else None}, ensure_ascii=False) + "\n")
+        for v in run(peer, threshold, docs):
+            out.write(json.dumps(v, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

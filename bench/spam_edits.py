@@ -223,52 +223,12 @@ def run_scan(path: Path, **ngram) -> list[dict]:
         return [v.to_dict() for v in engine.verdicts()]
 
 
-def run_rensa(docs: list[dict], threshold: float, num_perm: int = 128) -> list[dict]:
-    """rensa's RMinHash + RMinHashLSH over char 3-grams after NFKC / lower-case / punctuation removal."""
-    import unicodedata
+def run_rensa(docs: list[dict], threshold: float) -> list[dict]:
+    """rensa's RMinHash + RMinHashLSH over char 3-grams after NFKC / lower-case / punctuation removal
+    (``peer_loop``, in this process)."""
+    from peer_loop import run
 
-    from quality import loop
-    from rensa import RMinHash, RMinHashLSH
-
-    drop = re.compile(r"[\W_]+")
-    lsh = RMinHashLSH(threshold=threshold, num_perm=num_perm, num_bands=_bands(threshold, num_perm))
-    sigs: dict[str, RMinHash] = {}
-    keys: dict[int, str] = {}
-
-    def sig(d: dict) -> RMinHash:
-        s = sigs.get(d["id"])
-        if s is None:
-            t = drop.sub("", unicodedata.normalize("NFKC", d["text"]).lower())
-            s = RMinHash(num_perm=num_perm, seed=42)
-            s.update([t[i:i + 3] for i in range(max(1, len(t) - 2))])
-            s = sigs[d["id"]] = s
-        return s
-
-    ids = {d["id"]: i for i, d in enumerate(docs)}
-    for d in docs:
-        keys[ids[d["id"]]] = d["id"]
-
-    def query(d: dict) -> list[str]:
-        s = sig(d)
-        return [keys[k] for k in lsh.query(s) if sigs[keys[k]].jaccard(s) >= threshold]
-
-    def add(d: dict) -> None:
-        lsh.insert(ids[d["id"]], sig(d))
-
-    return loop(docs, query, add)
-
-
-def _bands(threshold: float, num_perm: int) -> int:
-    """The band count whose LSH S-curve is steepest at ``threshold`` among divisors of num_perm."""
-    best, err = 1, 2.0
-    for b in range(1, num_perm + 1):
-        if num_perm % b:
-            continue
-        r = num_perm // b
-        mid = (1 / b) ** (1 / r)
-        if abs(mid - threshold) < err:
-            best, err = b, abs(mid - threshold)
-    return best
+    return run("rensa", threshold, docs)
 
 
 def hard_negatives() -> Path:
