@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
 import mmh3
@@ -141,6 +142,9 @@ class StructureDetector(Detector):
         self.beta2 = beta2
         self.n_keys = keys
         self.min_features = min_features
+        # a probe's own payload is compared with every candidate of its buckets, and a story's
+        # original with every later copy: each decoded once while among the 1,024 most recent
+        self._levels_of = lru_cache(maxsize=1024)(self._counted_levels)
 
     def applies(self, doc: "Doc") -> bool:
         return doc.kind == "html" and bool(doc.html_blocks)
@@ -194,11 +198,16 @@ class StructureDetector(Detector):
             out[depth] = Level(bits, hashes)
         return out
 
+    @classmethod
+    def _counted_levels(cls, payload: bytes) -> dict[int, Level] | None:
+        """The levels of a payload that count (``_substantial``); None for an earlier format."""
+        levels = cls.unpack(payload)
+        return _substantial(levels) if levels else None
+
     def verify(self, a: bytes, b: bytes) -> Match | None:
-        la, lb = self.unpack(a), self.unpack(b)
+        la, lb = self._levels_of(a), self._levels_of(b)
         if not la or not lb:
             return None
-        la, lb = _substantial(la), _substantial(lb)
         sims = [level_similarity(la[d], lb[d]) for d in la.keys() & lb.keys()]
         similar = sum(s > self.beta for s in sims)
         if 2 * similar / (len(la) + len(lb)) > self.beta2:
