@@ -261,3 +261,16 @@ def test_a_small_level_that_extraction_let_through_does_not_split_a_page_from_it
         "</div></td>", leak + "</div></td>"), "ts": 2})
     assert len(det.levels(leaked)) == len(det.levels(plain)) + 1
     assert det.verify(det.sketch(plain).payload, det.sketch(leaked).payload) is not None
+
+
+def test_a_level_of_more_than_65535_strings_is_sketched():
+    """A very long page's level can hold more distinct strings than two bytes count."""
+    import itertools
+
+    from stream_dedup.core.document import Doc
+
+    chars = [chr(0x4e00 + i) for i in range(300)]
+    text = ",".join(a + "x" + b for a, b in itertools.islice(itertools.product(chars, chars), 70_000)) + "."
+    det = StructureDetector()
+    s = det.sketch(Doc("a", 1, text, b"0" * 16, "html", None, None, [(BODY, text)]))
+    assert s is not None and det.verify(s.payload, s.payload) is not None

@@ -47,7 +47,7 @@ _CLAUSE = re.compile(r"[^.?!;,]+[.?!;,]")
 _K = 4
 _BITS_PER_FEATURE = 16
 FORMAT = 0xF1  # the first byte of this payload; earlier payloads (a level count first) are not compared
-_LEVEL = struct.Struct("<BBH")  # depth, log2 of the filter's bits, string count
+_LEVEL = struct.Struct("<BBI")  # depth, log2 of the filter's bits, string count
 
 
 def feature_strings(text: str) -> list[str]:
