@@ -157,8 +157,8 @@ def skeleton(normalized: str) -> str:
 
     Spam campaigns insert dots, stars, spaces or other characters between characters, swap
     look-alike digits and letters, tag the sender, add an opt-out instruction, and change phone
-    numbers, prices, codes and links from one message to the next; the skeleton removes all of these, so that variants keep long
-    common grams and the same words.
+    numbers, prices, codes and links from one message to the next; the skeleton removes all of
+    these, so that variants keep long common grams and the same words.
     """
     if "." in normalized or "[" in normalized or "退订" in normalized or "拒收" in normalized or "接收" in normalized:
         normalized = _VARYING.sub(" ", normalized)
