@@ -152,8 +152,9 @@ _fold_lookalike = _char_folder({"o": "0", "l": "1", "i": "1", "|": "1", "z": "2"
                                  "陆": "6", "柒": "7", "捌": "8", "玖": "9"})
 
 
-def skeleton(normalized: str) -> str:
+def skeleton(normalized: str, keep_digits: int = 0) -> str:
     """Letters, digits and CJK only, look-alikes folded, numbers as ``#``: the short-text view.
+    With ``keep_digits``, a run of at least that many digits (separators dropped) is kept as is.
 
     Spam campaigns insert dots, stars, spaces or other characters between characters, swap
     look-alike digits and letters, tag the sender, add an opt-out instruction, and change phone
@@ -164,6 +165,8 @@ def skeleton(normalized: str) -> str:
         normalized = _VARYING.sub(" ", normalized)
     s = _SKELETON_DROP.sub("", normalized)
     s = _drop_interleaved(s)
+    if keep_digits:
+        return _DIGITS.sub(lambda m: m.group() if len(m.group()) >= keep_digits else "#", _fold_lookalike(s))
     return _DIGITS.sub("#", _fold_lookalike(s))
 
 

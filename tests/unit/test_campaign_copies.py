@@ -1,5 +1,7 @@
 """Spam-campaign copies of real SMS: the edits spammers make, and the short texts that must stay apart."""
 import json
+import random
+import re
 
 import opencc
 import pytest
@@ -117,3 +119,51 @@ def test_a_short_question_changed_inside_is_not_a_copy(ngram, prep, a, b):
 ])
 def test_a_short_text_with_a_tag_or_tail_around_it_is_a_copy(ngram, prep, a, b):
     assert judged_as_copy(ngram, prep, a, b)
+
+
+@pytest.fixture(scope="module")
+def accounts():
+    """Real scam messages around a masked card or account number whose text without the number is
+    short ("农行：卡号…／连秀文": under 12 characters), each mask filled with a number of its own."""
+    rng, out = random.Random(5), []
+    for line in shared_data("sms/sms_spam_zh.jsonl").open(encoding="utf-8"):
+        r = json.loads(line)
+        text = r["text"].strip()
+        if r["label"] != 1 or not re.search("x{16,19}", text):
+            continue
+        text = re.sub("x+", lambda m: "".join(rng.choice("0123456789") for _ in m.group()), text)
+        if 2 <= len(skeleton(normalize(text)).replace("#", "")) < 12 and re.search("[\u4e00-\u9fff]", text):
+            out.append(text)
+    if len(out) < 20:
+        pytest.skip("too few account-number messages in the corpus")
+    return out[:40]
+
+
+def _change_a_name_character(t: str) -> str:
+    i = max(i for i, c in enumerate(t) if "\u4e00" <= c <= "\u9fff")
+    return t[:i] + ("王" if t[i] != "王" else "李") + t[i + 1:]
+
+
+def test_an_account_number_message_with_a_character_changed_or_its_end_cut_is_a_copy(ngram, prep, accounts):
+    """Without its number such a message is a bank and a name: one changed character is most of it.
+    The number is what names the campaign."""
+    changed = sum(judged_as_copy(ngram, prep, t, _change_a_name_character(t)) for t in accounts)
+    cut = sum(judged_as_copy(ngram, prep, t, t[:len(t) * 85 // 100]) for t in accounts)
+    assert changed >= 0.95 * len(accounts) and cut >= 0.9 * len(accounts), (changed, cut, len(accounts))
+
+
+def test_account_number_messages_with_other_numbers_stay_apart(ngram, prep, accounts):
+    other = [re.sub("[0-9]", lambda m: str((int(m.group()) + 3) % 10), _change_a_name_character(t)) for t in accounts]
+    assert not [(a, b) for a, b in zip(accounts, other) if judged_as_copy(ngram, prep, a, b)]
+    pairs = [(a, b) for a, b in zip(accounts, accounts[1:]) if skeleton(normalize(a)) != skeleton(normalize(b))]
+    assert len(pairs) > 10 and not [(a, b) for a, b in pairs if judged_as_copy(ngram, prep, a, b)]
+
+
+@pytest.mark.parametrize("a, b", [
+    ("泰康针对银行降息", "银行降息泰康针对"),
+    ("玛其娜美容美发有限公司祥泰店", "有限公司祥泰店玛其娜美容美发"),
+    ("冰雪奇缘哪里可以免费看", "【优酷】哪里可以免费看冰雪奇缘"),
+])
+def test_a_short_text_with_its_clauses_moved_around_is_a_copy(ngram, prep, a, b):
+    assert ngram.verify(ngram.sketch(prep.document({"id": "a", "text": a, "ts": 1})).payload,
+                        ngram.sketch(prep.document({"id": "b", "text": b, "ts": 2})).payload) is not None
