@@ -299,11 +299,12 @@ class DecideStage:
         # The original's own messages (exact stage, index answers) and its members' joins (decide)
         # come from different agents, in any order: a record published before the original's ts,
         # rank or text were known goes out again once they are (else it can name a lower-ranked member).
-        clustered = st.cluster() if st.members or st.extra else None
+        # (only its ts, rank and snippet change the record here, and only these messages set them)
+        clustered = st.cluster() if (st.members or st.extra) and (st.ts is None or msg.kind == "expect") else None
         if st.ts is None and msg.ts is not None:
             st.ts = msg.ts
         before = st.emitted[2] if st.emitted else None  # duplicate_of of the last verdict emitted
-        parent, reported = self._parent(st), st.reported()
+        parent, reported = self._heads(st)
         if msg.kind == "expect":
             st.expected = msg.expected
             if msg.rank is not None:
@@ -326,9 +327,10 @@ class DecideStage:
         else:
             raise ValueError(f"unknown decide message {msg.kind!r}")
         links = []
-        match = self._parent(st)
+        match, now = self._heads(st)  # what it reports (``step`` changes neither)
         if match != parent:  # its match changed: ask the new one for the cluster's original
             st.root = None
+            _, now = self._heads(st)
             if parent is not None:
                 links.append(ToDecide("unlink", parent, None, member=[st.id]))
             if match is not None:
@@ -344,7 +346,6 @@ class DecideStage:
         # after the joins: the answer to a link can move this document on, and its leave must find
         # the join it undoes (both go to the same document, in this order)
         self.outbox.extend(links)
-        now = st.reported()
         if now is not None and now != reported:  # the documents that matched this one follow it
             self.outbox.extend(ToDecide("root", child, None, member=[*now, st.id]) for child in st.children)
         if clustered is not None:
@@ -356,10 +357,14 @@ class DecideStage:
         return v
 
     @staticmethod
-    def _parent(st: DocState) -> str | None:
-        """The document this one matched (its earliest match), once every answer is in."""
-        best = st.best
-        return best.id if best is not None and st.answered_all else None
+    def _heads(st: DocState) -> tuple[str | None, list | None]:
+        """(the document this one matched, i.e. its earliest match; the cluster original it reports to
+        the documents that matched it: itself when unique, its own original when a duplicate), each
+        None while not every answer is in, or (the original) while its match has not reported one."""
+        if not st.answered_all:
+            return None, None
+        best = st.exact or st.near
+        return (None, [st.ts, st.id]) if best is None else (best.id, st.root)
 
     def _tree(self, st: DocState, msg: ToDecide, reported: list | None) -> None:
         """Whole clusters: a duplicate names its cluster's original, the root of the chain of earliest
@@ -379,7 +384,7 @@ class DecideStage:
                 st.children.remove(msg.member[0])
         else:  # root: [ts, id] of the original, and who reports it
             rts, rid, sender = msg.member
-            if self._parent(st) == sender and st.ts is not None and (rts, rid) < (st.ts, st.id):
+            if self._heads(st)[0] == sender and st.ts is not None and (rts, rid) < (st.ts, st.id):
                 st.root = [rts, rid]
 
     def _membership(self, st: DocState, msg: ToDecide) -> None:

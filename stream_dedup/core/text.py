@@ -135,6 +135,9 @@ def split_sentences(text: str) -> list[str]:
 
 _SKELETON_DROP = re.compile(rf"[^0-9a-z{_CJK}]+")
 _DIGITS = re.compile(r"[0-9]+")
+# a run of this many digits or more is a card or account number (``skeletons``)
+LONG_DIGITS = 12
+_LONG_DIGITS = re.compile(f"[0-9]{{{LONG_DIGITS}}}")
 # Spans that vary from one copy of a campaign to the next, masked before the skeleton is cut:
 # links (with a scheme, www., or a bare host under a common top-level domain, as short links are)
 # sender tags in brackets (normalize folds 【】 to []) of up to 12 characters, and opt-out instructions.
@@ -146,28 +149,47 @@ _VARYING = re.compile(
     # the opt-out instruction that commercial SMS must carry, as a sender tag is: 回T退订, 退订回N,
     # 拒收请回复R, 回复TD退订, 不再接收请回T ...
     r"|(?:退订|拒收|不再接收)请?(?:回复?|发送?)\s*[a-z0-9]{1,6}|(?:回复?|发送?)\s*[a-z0-9]{1,6}\s*(?:退订|拒收)")
+_DOT_LETTER = re.compile(r"\.[a-z]")
 # look-alike characters that spam uses to dodge keyword filters, folded to one letter or digit
 _fold_lookalike = _char_folder({"o": "0", "l": "1", "i": "1", "|": "1", "z": "2", "s": "5", "b": "8",
                                  "〇": "0", "零": "0", "壹": "1", "贰": "2", "叁": "3", "肆": "4", "伍": "5",
                                  "陆": "6", "柒": "7", "捌": "8", "玖": "9"})
 
 
-def skeleton(normalized: str, keep_digits: int = 0) -> str:
+def skeleton(normalized: str) -> str:
     """Letters, digits and CJK only, look-alikes folded, numbers as ``#``: the short-text view.
-    With ``keep_digits``, a run of at least that many digits (separators dropped) is kept as is.
 
     Spam campaigns insert dots, stars, spaces or other characters between characters, swap
     look-alike digits and letters, tag the sender, add an opt-out instruction, and change phone
     numbers, prices, codes and links from one message to the next; the skeleton removes all of
     these, so that variants keep long common grams and the same words.
     """
-    if "." in normalized or "[" in normalized or "退订" in normalized or "拒收" in normalized or "接收" in normalized:
+    return _DIGITS.sub("#", _unnumbered(normalized))
+
+
+def skeletons(normalized: str) -> tuple[str, str]:
+    """(``skeleton``, the same with its runs of ``LONG_DIGITS`` or more digits kept): the second is
+    the first, the same object, when there is no such run."""
+    s = _unnumbered(normalized)
+    plain = _DIGITS.sub("#", s)
+    if not _LONG_DIGITS.search(s):
+        return plain, plain
+    return plain, _DIGITS.sub(lambda m: m.group() if len(m.group()) >= LONG_DIGITS else "#", s)
+
+
+def _unnumbered(normalized: str) -> str:
+    """The skeleton before its numbers become ``#``."""
+    if _may_vary(normalized):
         normalized = _VARYING.sub(" ", normalized)
-    s = _SKELETON_DROP.sub("", normalized)
-    s = _drop_interleaved(s)
-    if keep_digits:
-        return _DIGITS.sub(lambda m: m.group() if len(m.group()) >= keep_digits else "#", _fold_lookalike(s))
-    return _DIGITS.sub("#", _fold_lookalike(s))
+    return _fold_lookalike(_drop_interleaved(_SKELETON_DROP.sub("", normalized)))
+
+
+def _may_vary(s: str) -> bool:
+    """Whether ``_VARYING`` can match: a bracket, an opt-out word, a scheme, or a dot before a
+    letter (a host), "www.". Most texts have none, and the pattern costs several times these tests (``normalize``
+    makes every 。 a dot, so a dot alone says little)."""
+    return ("[" in s or "退订" in s or "拒收" in s or "接收" in s or "://" in s or "www." in s
+            or ("." in s and _DOT_LETTER.search(s) is not None))
 
 
 def _drop_interleaved(s: str) -> str:

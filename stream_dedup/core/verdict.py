@@ -118,15 +118,6 @@ class DocState:
     def best(self) -> Candidate | None:
         return self.exact or self.near
 
-    def reported(self) -> list | None:
-        """The cluster original this document reports to the documents that matched it: itself when
-        it is unique, its own original when it is a duplicate, None while either is unknown."""
-        if not self.answered_all:
-            return None
-        if self.best is None:
-            return [self.ts, self.id]
-        return self.root
-
     def offer(self, cand: Candidate | None) -> None:
         if cand is None or cand.id == self.id:
             return
@@ -137,25 +128,34 @@ class DocState:
             self.near = cand
 
     def verdict(self) -> Verdict:
-        best = self.best
         assert self.ts is not None
+        return self._verdict(self._key())
+
+    def _key(self) -> tuple:
+        """What ``Verdict.key`` of the verdict now would be, without building it."""
+        best = self.exact or self.near
         if best is None:
-            return Verdict(self.id, "unique", None, None, None, None, None, self.ts, self.revision, note=self.note)
+            k = ("unique", None, None, None, None, None, None)
+            return k + (self.note,) if self.note is not None else k  # a note rides unique verdicts only
         original = self.root[1] if self.root is not None else best.id
-        return Verdict(self.id, "duplicate", best.match, original, best.detector, best.similarity, best.distance,
-                       self.ts, self.revision, best.id if original != best.id else None)
+        return ("duplicate", best.match, original, best.detector, best.similarity, best.distance,
+                best.id if original != best.id else None)
+
+    def _verdict(self, k: tuple) -> Verdict:
+        assert self.ts is not None
+        return Verdict(self.id, k[0], k[1], k[2], k[3], k[4], k[5], self.ts, self.revision, k[6],
+                       k[7] if len(k) > 7 else None)
 
     def step(self) -> Verdict | None:
         """The verdict to emit now, if complete and different from the last one emitted."""
         if not self.complete:
             return None
-        v = self.verdict()
-        if v.key() == self.emitted:
+        k = self._key()
+        if k == self.emitted:
             return None
         self.revision += 1
-        self.emitted = v.key()
-        v.revision = self.revision
-        return v
+        self.emitted = k
+        return self._verdict(k)
 
     def join(self, mid: str, ts: int, rank: float | None) -> None:
         """A duplicate names this document as its original (a replayed join changes nothing)."""

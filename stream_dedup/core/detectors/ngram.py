@@ -56,7 +56,7 @@ import numpy as np
 from rapidfuzz.distance import LCSseq, Levenshtein
 
 from ..hashing import shingle_hashes, shingle_hashes_list, shingle_hashes_many
-from ..text import skeleton
+from ..text import LONG_DIGITS, skeletons
 from .base import Detector, Match, Sketch
 
 if TYPE_CHECKING:
@@ -76,10 +76,10 @@ _COUNT = struct.Struct(">H")
 # skeleton ("好的", "收到")
 WHOLE_CONTAINED = 8
 _LATIN = re.compile("(?<=[\u4e00-\u9fff])[a-z]+(?=[\u4e00-\u9fff])")  # letters between Han characters
-# a run of this many digits or more is a card or account number, which names a scam message (the
-# text around it is often a bank and a name, a few characters): kept in the payload beside the
-# skeleton, keyed by its first and last LONG_NUMBER digits
-LONG_NUMBER = 12
+# a card or account number names a scam message (the text around it is often a bank and a name, a
+# few characters): its digits are kept in the payload's skeleton, keyed by its first and last
+# LONG_NUMBER digits
+LONG_NUMBER = LONG_DIGITS
 _LONG_RUN = re.compile(f"[0-9]{{{LONG_NUMBER},}}")
 # a short text whose clauses were moved around: in two or three pieces of PIECE characters or more
 PIECE = 4
@@ -207,15 +207,16 @@ class NgramDetector(Detector):
         """The skeleton, every number as ``#`` (``digits`` keeps the long ones)."""
         s = doc.cache.get("skeleton")
         if s is None:
-            s = doc.cache["skeleton"] = _LONG_RUN.sub("#", self.digits(doc))
+            s, doc.cache["skeleton_digits"] = skeletons(doc.text)
+            doc.cache["skeleton"] = s
         return s
 
-    @staticmethod
-    def digits(doc: "Doc") -> str:
+    def digits(self, doc: "Doc") -> str:
         """The skeleton with the digits of its long numbers (``LONG_NUMBER``) kept."""
         s = doc.cache.get("skeleton_digits")
         if s is None:
-            s = doc.cache["skeleton_digits"] = skeleton(doc.text, keep_digits=LONG_NUMBER)
+            self.skeleton(doc)
+            s = doc.cache["skeleton_digits"]
         return s
 
     def keys(self, doc: "Doc") -> tuple[int, ...]:
@@ -228,7 +229,7 @@ class NgramDetector(Detector):
         """A key per long number's first and last digits: the text around an account number is a
         bank and a name, too short to share a gram with a copy that changed one of its characters."""
         full = self.digits(doc)
-        if full == self.skeleton(doc):
+        if full is self.skeleton(doc):
             return ()
         return tuple(mmh3.hash64("#" + n, signed=False)[0] & _KEY_MASK for n in sorted(_numbers(full)))
 
@@ -261,11 +262,13 @@ class NgramDetector(Detector):
         return Sketch(self.keys(doc), payload)
 
     @staticmethod
-    def _skeleton_of(p: bytes) -> tuple[str, str]:
-        """(the skeleton, the skeleton with its long numbers' digits) of a payload."""
+    def _skeleton_of(p: bytes) -> tuple[str, str, str]:
+        """(the skeleton; it without numbers, as containment reads it; it with its long numbers'
+        digits) of a payload."""
         (n,) = _COUNT.unpack_from(p)
         full = p[2 + 4 * n:].decode("utf-8")
-        return _LONG_RUN.sub("#", full), full
+        sk = _LONG_RUN.sub("#", full)
+        return sk, sk.replace("#", ""), full
 
     def _segment(self, sk: str) -> frozenset[str]:
         return frozenset(self.tokenizer.words(sk)) or frozenset((sk,))
@@ -277,15 +280,23 @@ class NgramDetector(Detector):
         return frozenset(mmh3.hash(w, signed=False) for w in self._segment(p[2:].decode("utf-8")))
 
     def verify(self, a: bytes, b: bytes) -> Match | None:
-        (ska, fa), (skb, fb) = self._skeleton_cached(a), self._skeleton_cached(b)
-        if min(len(ska), len(skb)) < self.min_contained:
+        (ska, bare_a, fa), (skb, bare_b, fb) = self._skeleton_cached(a), self._skeleton_cached(b)
+        if len(ska) < self.min_contained or len(skb) < self.min_contained:
             m = self._short_copy(ska, skb)
         else:
-            m = self._copy(a, b, ska, skb)
-            if m is None and self.containment:
-                m = self._contained(ska, skb)
+            m = None
+            n = min(len(bare_a), len(bare_b))
+            # a copy shares 0.8 of the longer in order, a copy with additions a third of the shorter
+            # without its numbers at least: one subsequence test turns most candidates away
+            cut = (n + 2) // 3
+            if (n < self.min_contained or self.edit_threshold * max(len(ska), len(skb)) < cut
+                    or LCSseq.similarity(ska, skb, score_cutoff=cut)):
+                m = self._copy(a, b, ska, skb)
+                if m is None and self.containment:
+                    m = self._contained(bare_a, bare_b)
         if m is None and fa != ska and fb != skb and self.containment and _numbers(fa) & _numbers(fb):
-            m = self._contained(fa, fb)  # one account number: the text with its digits, as a longer one
+            # one account number: the texts with its digits, as longer ones
+            m = self._contained(fa.replace("#", ""), fb.replace("#", ""))
         return m
 
     def _short_copy(self, ska: str, skb: str) -> Match | None:
@@ -332,9 +343,8 @@ class NgramDetector(Detector):
         common subsequence), or, for clauses moved around, most of its character pairs found in the longer.
         Only for a shorter text of ``min_contained`` characters or more and at least
         ``contained_ratio`` of the longer's length, so that a short phrase ("好的", a greeting) is
-        never a copy of every text that contains it."""
-        if "#" in ska or "#" in skb:  # numbers vary inside a campaign and say little about the text
-            ska, skb = ska.replace("#", ""), skb.replace("#", "")
+        never a copy of every text that contains it. The skeletons come without their numbers
+        (``#``): numbers vary inside a campaign and say little about the text."""
         short, long = (ska, skb) if len(ska) <= len(skb) else (skb, ska)
         n = len(short)
         if n < self.min_contained:  # numbers left out it is short: whole, in one piece
