@@ -41,6 +41,9 @@ PRIVATE: list[tuple[str, str, str]] = [
     ("faust.transport.drivers.aiokafka.Consumer", "_commit", "patched: delivery guard before a commit"),
     ("faust.transport.drivers.aiokafka.AIOKafkaConsumerThread", "_create_worker_consumer",
      "patched: fetch_max_wait_ms / fetch_min_bytes from the settings"),
+    ("faust.transport.drivers.aiokafka.AIOKafkaConsumerThread", "_highwaters",
+     "patched: committed_highwaters (exactly-once recovery)"),
+    ("faust.transport.drivers.aiokafka.AIOKafkaConsumerThread", "_ensure_consumer", "committed_highwaters"),
     ("aiokafka.AIOKafkaConsumer", "_fetch_max_wait_ms", "set by the fetch patch"),
     ("aiokafka.AIOKafkaConsumer", "_fetch_min_bytes", "set by the fetch patch"),
     ("faust.transport.drivers.aiokafka.Producer", "_ensure_producer", "output: aiokafka's producer"),
@@ -150,6 +153,25 @@ def _install_fetch_settings() -> None:
     AIOKafkaConsumerThread._create_worker_consumer = create_worker_consumer  # type: ignore[method-assign]
 
 
+def _install_committed_highwaters() -> None:
+    """Changelog highwaters from a ListOffsets request. Under exactly-once Faust asks aiokafka for
+    each partition's last stable offset, which aiokafka knows only once it has fetched from the
+    partition: for a partition just assigned it is None, taken as -1, and recovery then found every
+    persisted offset "higher than the highwater" (ConsistencyError) and the worker crash-looped
+    after any restart. The request answers at the consumer's isolation level: read_committed, the
+    last stable offset, without a fetch (what Faust does without transactions)."""
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    if getattr(AIOKafkaConsumerThread._highwaters, "stream_dedup", False):
+        return
+
+    async def _highwaters(self: Any, partitions: Any) -> Any:
+        return await self._ensure_consumer().end_offsets(partitions)
+
+    _highwaters.stream_dedup = True  # type: ignore[attr-defined]
+    AIOKafkaConsumerThread._highwaters = _highwaters  # type: ignore[method-assign]
+
+
 def check_versions() -> list[str]:
     """The libraries whose installed version is not the one ``PRIVATE`` was checked against."""
     out = []
@@ -164,14 +186,15 @@ def check_versions() -> list[str]:
 
 
 def install() -> None:
-    """Install every patch (idempotent): the fetch settings, the delivery guard on commits, the fast
-    hand-over of fetched messages, strict commits (no gap taken on internal topics), and the bounded
-    RocksDB store."""
+    """Install every patch (idempotent): the fetch settings, committed highwaters, the delivery guard
+    on commits, the fast hand-over of fetched messages, strict commits (no gap taken on internal
+    topics), and the bounded RocksDB store."""
     from . import commits, delivery, drain, rocks
 
     for problem in check_versions():
         log.warning("stream-dedup's worker was checked against other library versions: %s", problem)
     _install_fetch_settings()
+    _install_committed_highwaters()
     delivery.install()
     drain.install()
     commits.install()

@@ -35,7 +35,7 @@ from ..config import Settings
 from ..core.index import BucketIndex
 from ..core.stages import DecideStage, DocStates, IndexStage, Preparer
 from ..core.store import WriteBack
-from . import commits, heap, internals, rocks
+from . import clean_stop, commits, heap, internals, rocks
 from .agent_loop import AgentLoop
 from .agents import DecideAgent, IndexAgent, PrepareAgent
 from .batch_source import BatchSource
@@ -147,6 +147,8 @@ class Worker:
     def __init__(self, settings: Settings):
         internals.install()
         self.app = faust_app(settings)
+        clean_stop.settle(Path(settings.worker.state_dir), Path(self.app.conf.tabledir),
+                          settings.worker.processing_guarantee == "exactly_once")
         self.ctx = ctx = WorkerContext(self.app, settings)
         self.topics = Topics.of(self.app, settings)
         # no transactional producer writes these: a fetch that jumps there is a skip (commits.held_add_gap)
@@ -291,4 +293,7 @@ def run_worker(settings: Settings, worker_class: type[Worker] = Worker) -> None:
     try:
         runner.execute_from_commandline()
     except SystemExit as e:
+        if e.code in (0, None) or e.code == worker.ctx.exit_code:
+            clean_stop.mark(Path(settings.worker.state_dir))
         sys.exit(worker.ctx.exit_code or e.code)
+    clean_stop.mark(Path(settings.worker.state_dir))

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import pytest
 
+from stream_dedup.stream import clean_stop
 from stream_dedup.stream.topics import apply
 
 from ..conftest import free_port, shared_data
@@ -143,6 +144,8 @@ def test_status_metrics_lag_owners_and_worker_counts_then_sigterm_is_graceful(ka
         t0 = time.time()
         assert workers.stop("w0", signal.SIGTERM) == 0
         assert time.time() - t0 < 30
+        # a clean stop says so: under exactly-once the next start keeps its tables (clean_stop)
+        assert (tmp_path / "state-w0" / clean_stop.MARKER).exists()
         # restart: the same worker state and offsets; new events are judged against the old ones
         workers.start("w0", STREAM_DEDUP_WORKER__WEB_PORT=str(port))
         produce_events(kafka_settings, [{"id": "late-copy", "text": events[5]["text"], "ts": 5000}])
