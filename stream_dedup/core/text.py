@@ -137,7 +137,7 @@ _SKELETON_DROP = re.compile(rf"[^0-9a-z{_CJK}]+")
 _DIGITS = re.compile(r"[0-9]+")
 # a run of this many digits or more is a card or account number (``skeletons``)
 LONG_DIGITS = 12
-_LONG_DIGITS = re.compile(f"[0-9]{{{LONG_DIGITS}}}")
+LONG_NUMBER = re.compile(f"[0-9]{{{LONG_DIGITS},}}")
 # Spans that vary from one copy of a campaign to the next, masked before the skeleton is cut:
 # links (with a scheme, www., or a bare host under a common top-level domain, as short links are)
 # sender tags in brackets (normalize folds 【】 to []) of up to 12 characters, and opt-out instructions.
@@ -172,7 +172,7 @@ def skeletons(normalized: str) -> tuple[str, str]:
     the first, the same object, when there is no such run."""
     s = _unnumbered(normalized)
     plain = _DIGITS.sub("#", s)
-    if not _LONG_DIGITS.search(s):
+    if not LONG_NUMBER.search(s):
         return plain, plain
     return plain, _DIGITS.sub(lambda m: m.group() if len(m.group()) >= LONG_DIGITS else "#", s)
 

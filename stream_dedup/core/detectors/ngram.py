@@ -28,7 +28,7 @@ either makes a match:
   in order, with a sender tag, a tail, inserted or changed characters. The share of the shorter
   skeleton (numbers left out) found in the longer as a common subsequence, or as character pairs for
   clauses moved around.
-Long numbers (``LONG_NUMBER`` digits or more: a card or account number) are ``#`` like every
+Long numbers (``LONG_DIGITS`` digits or more: a card or account number) are ``#`` like every
 number in the skeleton, but two texts that carry one are also keyed by it and compared with its
 digits kept, as one longer text: a scam message "农行 6222… 唐子华" is mostly its number, and
 without it a changed character of the name is a fifth of the text.
@@ -36,10 +36,11 @@ Keys stay winnowed: indexing every gram found few more of the campaign benchmark
 (``bench/spam_edits.py``) at several times the cost per message.
 
 Payload: the count of the skeleton's distinct words (2 bytes), their 32-bit mmh3 hashes, sorted,
-then the skeleton with the digits of its long numbers. The words are found when the text is sketched, in the stateless stage that
-``scan`` spreads over processes and the workers over partitions, so that the stateful stage,
-which sees every document in turn, neither segments nor loads a dictionary (segmenting at verify
-time cost an SMS scan's judging process 0.09 s of dictionary loading and ~8 % of its judging).
+then the skeleton with the digits of its long numbers. The words are found when the text is
+sketched, in the stateless stage that ``scan`` spreads over processes and the workers over
+partitions, so that the stateful stage, which sees every document in turn, neither segments nor
+loads a dictionary (segmenting at verify time cost an SMS scan's judging process 0.09 s of
+dictionary loading and ~8 % of its judging).
 A count of 0 (payloads of the previous version, or a text of more than 65,535 words) means
 "segment the skeleton": those are still read.
 """
@@ -56,7 +57,7 @@ import numpy as np
 from rapidfuzz.distance import LCSseq, Levenshtein
 
 from ..hashing import shingle_hashes, shingle_hashes_list, shingle_hashes_many
-from ..text import LONG_DIGITS, skeletons
+from ..text import LONG_DIGITS, LONG_NUMBER, skeletons
 from .base import Detector, Match, Sketch
 
 if TYPE_CHECKING:
@@ -76,11 +77,9 @@ _COUNT = struct.Struct(">H")
 # skeleton ("好的", "收到")
 WHOLE_CONTAINED = 8
 _LATIN = re.compile("(?<=[\u4e00-\u9fff])[a-z]+(?=[\u4e00-\u9fff])")  # letters between Han characters
-# a card or account number names a scam message (the text around it is often a bank and a name, a
-# few characters): its digits are kept in the payload's skeleton, keyed by its first and last
-# LONG_NUMBER digits
-LONG_NUMBER = LONG_DIGITS
-_LONG_RUN = re.compile(f"[0-9]{{{LONG_NUMBER},}}")
+# a card or account number (``text.LONG_NUMBER``) names a scam message (the text around it is often
+# a bank and a name, a few characters): its digits are kept in the payload's skeleton, keyed by its
+# first and last LONG_DIGITS digits
 # a short text whose clauses were moved around: in two or three pieces of PIECE characters or more
 PIECE = 4
 
@@ -152,8 +151,8 @@ def winnow_many(hashes: np.ndarray, sizes: list[int], w: int) -> list[list[int]]
 
 
 def _numbers(full: str) -> set[str]:
-    """The first and the last ``LONG_NUMBER`` digits of every long number in a payload's skeleton."""
-    return {r[i] for r in _LONG_RUN.findall(full) for i in (slice(LONG_NUMBER), slice(-LONG_NUMBER, None))}
+    """The first and the last ``LONG_DIGITS`` digits of every long number in a payload's skeleton."""
+    return {r[i] for r in LONG_NUMBER.findall(full) for i in (slice(LONG_DIGITS), slice(-LONG_DIGITS, None))}
 
 
 def _in_pieces(short: str, long: str) -> bool:
@@ -212,7 +211,7 @@ class NgramDetector(Detector):
         return s
 
     def digits(self, doc: "Doc") -> str:
-        """The skeleton with the digits of its long numbers (``LONG_NUMBER``) kept."""
+        """The skeleton with the digits of its long numbers (``text.LONG_NUMBER``) kept."""
         s = doc.cache.get("skeleton_digits")
         if s is None:
             self.skeleton(doc)
@@ -267,7 +266,7 @@ class NgramDetector(Detector):
         digits) of a payload."""
         (n,) = _COUNT.unpack_from(p)
         full = p[2 + 4 * n:].decode("utf-8")
-        sk = _LONG_RUN.sub("#", full)
+        sk = LONG_NUMBER.sub("#", full)
         return sk, sk.replace("#", ""), full
 
     def _segment(self, sk: str) -> frozenset[str]:
