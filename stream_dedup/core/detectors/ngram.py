@@ -300,9 +300,10 @@ class NgramDetector(Detector):
 
     def _short_copy(self, ska: str, skb: str) -> Match | None:
         """A text under ``min_contained`` skeleton characters: the same skeleton, or (numbers left
-        out) contained whole and in one piece, with at most half as much again added before or after
-        it. One changed or inserted character inside a ten-character question changes what it asks
-        ("左眼皮跳" / "右眼皮跳", "为什么打" / "为什么不打"); a spammer's tag or tail goes around it."""
+        out) contained whole and in one piece, or as its clauses moved around (``_in_pieces``), with
+        at most half as much again added before or after it. One changed or inserted character
+        inside a ten-character question changes what it asks ("左眼皮跳" / "右眼皮跳", "为什么打" /
+        "为什么不打"); a spammer's tag or tail goes around it."""
         if ska == skb:
             return Match(1.0)
         if "#" in ska or "#" in skb:  # numbers vary inside a campaign and say little about the text
