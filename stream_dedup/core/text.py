@@ -185,9 +185,9 @@ def _unnumbered(normalized: str) -> str:
 
 
 def _may_vary(s: str) -> bool:
-    """Whether ``_VARYING`` can match: a bracket, an opt-out word, a scheme, or a dot before a
-    letter (a host), "www.". Most texts have none, and the pattern costs several times these tests (``normalize``
-    makes every 。 a dot, so a dot alone says little)."""
+    """Whether ``_VARYING`` can match: a bracket, an opt-out word, a scheme, "www.", or a dot before
+    a letter (a host). Most texts have none, and the pattern costs several times these tests
+    (``normalize`` makes every 。 a dot, so a dot alone says little)."""
     return ("[" in s or "退订" in s or "拒收" in s or "接收" in s or "://" in s or "www." in s
             or ("." in s and _DOT_LETTER.search(s) is not None))
 

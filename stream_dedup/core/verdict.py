@@ -128,7 +128,6 @@ class DocState:
             self.near = cand
 
     def verdict(self) -> Verdict:
-        assert self.ts is not None
         return self._verdict(self._key())
 
     def _key(self) -> tuple:

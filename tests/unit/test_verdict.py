@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from stream_dedup.core.verdict import MAX_MEMBERS, SAMPLE, Cluster, DocState
+from stream_dedup.core.verdict import MAX_MEMBERS, SAMPLE, Candidate, Cluster, DocState
 
 
 def afresh(st: DocState) -> Cluster:
@@ -121,3 +121,16 @@ def test_a_note_crosses_every_hop_and_the_exact_store_never_holds_the_noted_page
     later, _ = fan_out(Prepared("b", 2000, b"d" * 16, "html", [], None, "首页 新闻", None), 4)
     (expect_b,) = exact_stage(store, later)
     assert expect_b.cand is None  # the noted page is nobody's original
+
+
+@pytest.mark.parametrize("state", [
+    DocState("u", 5, 0, note="no_article_text"),
+    DocState("u", 5, 0),
+    DocState("d", 9, 1, {0}, near=Candidate(3, "m", "near", "ngram", 0.8, None, 2)),
+    DocState("d", 9, 1, {0}, exact=Candidate(3, "m", "exact"), root=[1, "o"]),
+])
+def test_step_compares_the_key_the_verdict_it_builds_has(state):
+    """``step`` decides on ``_key`` before it builds a verdict: the two must say the same."""
+    v = state.step()
+    assert v is not None and v.key() == state.emitted and v.revision == 0
+    assert state.step() is None and state.verdict().key() == state.emitted
