@@ -363,7 +363,7 @@ class DecideStage:
         None while not every answer is in, or (the original) while its match has not reported one."""
         if not st.answered_all:
             return None, None
-        best = st.exact or st.near
+        best = st.best
         return (None, [st.ts, st.id]) if best is None else (best.id, st.root)
 
     def _tree(self, st: DocState, msg: ToDecide, reported: list | None) -> None:

@@ -132,7 +132,7 @@ class DocState:
 
     def _key(self) -> tuple:
         """What ``Verdict.key`` of the verdict now would be, without building it."""
-        best = self.exact or self.near
+        best = self.best
         if best is None:
             k = ("unique", None, None, None, None, None, None)
             return k + (self.note,) if self.note is not None else k  # a note rides unique verdicts only
