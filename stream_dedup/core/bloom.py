@@ -32,6 +32,7 @@ import numpy as np
 
 _EMPTY = 0
 _U64 = (1 << 64) - 1  # positions wrap as uint64 arithmetic did: the same cells as filters saved before
+_TWO_U64 = struct.Struct("<QQ")  # a digest's two halves, for double hashing
 _HEADER = struct.Struct("<I")
 
 
@@ -87,7 +88,7 @@ class DecayingBloom:
 
     # digests are already uniform 128-bit hashes: Kirsch-Mitzenmacher double hashing on them
     def _positions(self, digest: bytes) -> list[int]:
-        h1, h2 = struct.unpack_from("<QQ", digest.ljust(16, b"\0"))
+        h1, h2 = _TWO_U64.unpack_from(digest.ljust(16, b"\0"))
         h2 |= 1
         m = self.shape.cells
         return [((h1 + i * h2) & _U64) % m for i in range(self.shape.hashes)]
@@ -116,7 +117,11 @@ class DecayingBloom:
         oldest = self._oldest(t)
         view = self._view
         maybe = not fresh
-        for p in self._positions(digest):
+        h1, h2 = _TWO_U64.unpack_from(digest.ljust(16, b"\0"))  # ``_positions``, inlined
+        h2 |= 1
+        m = self.shape.cells
+        for i in range(self.shape.hashes):
+            p = ((h1 + i * h2) & _U64) % m
             c = view[p]
             if c < oldest:
                 maybe = False

@@ -278,15 +278,21 @@ class DecideStage:
     states: MutableMapping[str, DocState] = field(default_factory=dict)
     last: DocState | None = None  # the state ``apply`` just produced (saves the driver a second read)
     outbox: list[ToDecide] = field(default_factory=list)
-    cluster: Cluster | None = None
+    _clustered: DocState | None = None  # the state whose cluster record the last ``apply`` changed
     first_seen: int | None = None  # after ``apply``: the page record time of a first verdict it emitted
+
+    @property
+    def cluster(self) -> Cluster | None:
+        """The cluster record the last ``apply`` changed, if any; built when asked (read it before
+        the next ``apply``): ``scan`` never asks, and a campaign's original changes on every copy."""
+        return None if self._clustered is None else self._clustered.cluster()
 
     def _store(self, ident: str, st: DocState) -> None:
         self.states[ident] = st
 
     def apply(self, msg: ToDecide) -> Verdict | None:
         self.outbox = []
-        self.cluster = None
+        self._clustered = None
         self.first_seen = None
         st = self.states.get(msg.id)
         if st is None:
@@ -351,7 +357,7 @@ class DecideStage:
         if clustered is not None:
             now_cluster = st.cluster()
             if now_cluster != clustered:
-                self.cluster = now_cluster
+                self._clustered = st
         self._store(msg.id, st)
         self.last = st
         return v
@@ -390,14 +396,13 @@ class DecideStage:
     def _membership(self, st: DocState, msg: ToDecide) -> None:
         assert msg.member is not None
         mid, mts, mrank = msg.member
-        old = st.cluster()
+        old = st.size_canonical()
         if msg.kind == "join":
             st.join(mid, mts, mrank)
         else:
             st.leave(mid)
-        new = st.cluster()
-        if (new.size, new.canonical) != (old.size, old.canonical):
-            self.cluster = new
+        if st.size_canonical() != old:
+            self._clustered = st
 
 
 __all__ = ["Preparer", "exact_stage", "admit_id", "IndexStage", "DecideStage", "DocStates", "Rejected"]

@@ -189,9 +189,12 @@ class Buffered(MutableMapping):
         return v
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
-        self.size += len(value) - self._held(key)
-        self.buf[key] = value
-        self._flush_if_full()
+        buf = self.buf  # ``_held`` and ``_flush_if_full`` inlined: every bucket write of the index comes here
+        old: Any = buf.get(key, _MISSING)
+        self.size += len(value) - (-len(key) if old is _MISSING else len(old) if old is not None else 0)
+        buf[key] = value
+        if self.size > self.max_bytes or len(buf) > self.max_entries:
+            self.flush()
 
     def _held(self, key: bytes) -> int:
         """What ``key``'s entry in ``size`` counts beside its key: its value's bytes (0 for a

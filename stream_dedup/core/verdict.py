@@ -182,19 +182,22 @@ class DocState:
         if self._first is not None and (m[0], mid) in self._first:
             self._first = None
 
-    def cluster(self) -> "Cluster":
+    def size_canonical(self) -> tuple[int, str]:
+        """``cluster``'s size and canonical page, without building its record."""
         # canonical: the highest rank; without ranks (or on ties) the earliest, i.e. the original
         if self.members and self._top is None:
             self._top = min(_canon_key(i, m[0], m[1]) for i, m in self.members.items())
-        if self._first is None:
-            self._first = heapq.nsmallest(SAMPLE, ((m[0], i) for i, m in self.members.items()))
         best = self._top if self.members else None
         if self.ts is not None:
             me = _canon_key(self.id, self.ts, self.rank)
             best = me if best is None else min(best, me)
-        canonical = best[2] if best is not None else self.id
-        return Cluster(self.id, 1 + len(self.members) + self.extra, canonical, [i for _, i in self._first],
-                       self.ts, self.snippet)
+        return 1 + len(self.members) + self.extra, best[2] if best is not None else self.id
+
+    def cluster(self) -> "Cluster":
+        if self._first is None:
+            self._first = heapq.nsmallest(SAMPLE, ((m[0], i) for i, m in self.members.items()))
+        size, canonical = self.size_canonical()
+        return Cluster(self.id, size, canonical, [i for _, i in self._first], self.ts, self.snippet)
 
     # --- persistence (decide's state store / changelog)
     def to_json(self) -> dict[str, Any]:

@@ -237,8 +237,8 @@ class DecideAgent:
         if self.stage.first_seen is not None:
             d.seen.append(self.stage.first_seen)
         self.output.to_decide(d.out, self.stage.outbox)  # cluster and chain messages to their documents' partitions
-        if self.stage.cluster is not None:
-            c = self.stage.cluster
+        c = self.stage.cluster
+        if c is not None:
             d.tally["clusters"] += 1
             d.records.setdefault(topics.clusters, []).append(
                 (c.id.encode("utf-8", "surrogatepass"), json_record(c.to_dict())))
