@@ -169,6 +169,31 @@ def test_a_short_text_with_its_clauses_moved_around_is_a_copy(ngram, prep, a, b)
                         ngram.sketch(prep.document({"id": "b", "text": b, "ts": 2})).payload) is not None
 
 
+@pytest.fixture(scope="module")
+def short_spam(ngram, prep):
+    """Real spam messages whose skeleton has 12 to 30 characters: too short for winnowing's
+    guarantee (a shared key for a common run of 15 characters) once they are cut in two."""
+    out = []
+    for line in shared_data("sms/sms_spam_zh.jsonl").open(encoding="utf-8"):
+        r = json.loads(line)
+        text = r["text"].strip().replace("x", "7")
+        n = len(ngram.skeleton(prep.document({"id": "s", "text": text, "ts": 1})))
+        if r["label"] == 1 and 12 <= n <= 30 and text not in out:
+            out.append(text)
+    assert len(out) >= 40
+    return out[:120]
+
+
+@pytest.mark.parametrize("edit", [lambda t: t[len(t) // 2:] + t[:len(t) // 2], lambda t: t + "，详询400-820-1234"],
+                         ids=["halves swapped", "contact tail"])
+def test_a_short_message_cut_in_two_or_with_a_tail_shares_a_key_with_its_copy(ngram, prep, short_spam, edit):
+    def keys(t: str) -> set[int]:
+        return set(ngram.sketch(prep.document({"id": "a", "text": t, "ts": 1})).keys)
+
+    shared = sum(bool(keys(t) & keys(edit(t))) for t in short_spam)
+    assert shared >= 0.95 * len(short_spam), f"{shared} of {len(short_spam)}"
+
+
 def test_the_mask_is_skipped_only_where_it_would_change_nothing():
     """``_may_vary`` spares most texts the masking pattern; it must never spare one the pattern changes."""
     from stream_dedup.core.text import _VARYING, _may_vary

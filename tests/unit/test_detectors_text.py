@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from stream_dedup.config import Settings
-from stream_dedup.core.detectors.ngram import SHORT_TEXT, SMALL_BATCH, winnow, winnow_list, winnow_many
+from stream_dedup.core.detectors.ngram import SHORT_TEXT, SMALL_BATCH, bottom, winnow, winnow_list, winnow_many
 from stream_dedup.core.hashing import shingle_hashes, shingle_hashes_list, shingle_hashes_many
 from stream_dedup.core.minhash_signature import MinHasher, jaccard_estimate
 from stream_dedup.core.stages import Preparer
+from stream_dedup.core.text import normalize, skeleton
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = {e["id"]: e for e in map(json.loads, (REPO / "examples" / "sample.jsonl").read_text("utf-8").splitlines())}
@@ -188,3 +189,16 @@ def test_minhash_estimates_jaccard_and_separates_reposts_from_other_articles(pre
         true = len(s1 & s2) / len(s1 | s2)
         est = jaccard_estimate(h.signature_of_text(doc(prep, t1).text, 5), h.signature_of_text(doc(prep, t2).text, 5))
         assert abs(est - true) < 0.1
+
+
+def test_ngram_bottom_keys_are_the_same_alone_and_in_a_batch_beyond_the_plain_path():
+    """With a wider window, texts longer than ``SHORT_TEXT`` get bottom keys too (NumPy's path)."""
+    settings = Settings()
+    settings.ngram.w = 20
+    ng = det(Preparer(settings), "ngram")
+    sks = [s for s in (skeleton(normalize(e["text"])) for e in SAMPLE.values() if "text" in e)
+           if SHORT_TEXT < len(s) <= ng.bottom_chars]
+    sks += [sk[:n] for sk in sks[:2] for n in range(SHORT_TEXT, ng.bottom_chars + 1)]
+    assert len(sks) >= SMALL_BATCH
+    assert ng._keys_many(sks) == [ng._keys_alone(sk) for sk in sks]
+    assert all(set(bottom(shingle_hashes_list(sk, ng.m, (1 << 62) - 1))) <= set(ng._keys_alone(sk)) for sk in sks)

@@ -33,7 +33,9 @@ number in the skeleton, but two texts that carry one are also keyed by it and co
 digits kept, as one longer text: a scam message "农行 6222… 唐子华" is mostly its number, and
 without it a changed character of the name is a fifth of the text.
 Keys stay winnowed: indexing every gram found few more of the campaign benchmark's copies
-(``bench/spam_edits.py``) at several times the cost per message.
+(``bench/spam_edits.py``) at several times the cost per message. A skeleton of 2 (w + m - 1)
+characters or fewer adds its ``BOTTOM`` smallest gram hashes, which a copy shares whatever the order
+of its pieces (a short message cut in two and put back the other way round).
 
 Payload: the count of the skeleton's distinct words (2 bytes), their 32-bit mmh3 hashes, sorted,
 then the skeleton with the digits of its long numbers. The words are found when the text is
@@ -49,7 +51,6 @@ from __future__ import annotations
 import re
 import struct
 from functools import lru_cache
-from itertools import permutations
 from typing import TYPE_CHECKING
 
 import mmh3
@@ -82,6 +83,11 @@ _LATIN = re.compile("(?<=[\u4e00-\u9fff])[a-z]+(?=[\u4e00-\u9fff])")  # letters 
 # first and last LONG_DIGITS digits
 # a short text whose clauses were moved around: in two or three pieces of PIECE characters or more
 PIECE = 4
+# a skeleton of at most twice w + m - 1 characters is also keyed by its BOTTOM smallest gram hashes:
+# winnowing shares a key only for a common run of w + m - 1 characters, which such a text cut in two
+# and put back the other way round, or 12 characters with a tail added, does not have; the smallest
+# hashes of two gram sets that are mostly the same coincide whatever the grams' order (bottom-k)
+BOTTOM = 3
 
 
 def winnow(hashes: np.ndarray, w: int) -> list[int]:
@@ -150,6 +156,11 @@ def winnow_many(hashes: np.ndarray, sizes: list[int], w: int) -> list[list[int]]
     return out
 
 
+def bottom(hashes: list[int]) -> list[int]:
+    """The ``BOTTOM`` smallest distinct gram hashes of a short skeleton (see ``BOTTOM``)."""
+    return sorted(set(hashes))[:BOTTOM]
+
+
 def _numbers(full: str) -> set[str]:
     """The first and the last ``LONG_DIGITS`` digits of every long number in a payload's skeleton."""
     return {r[i] for r in LONG_NUMBER.findall(full) for i in (slice(LONG_DIGITS), slice(-LONG_DIGITS, None))}
@@ -157,15 +168,28 @@ def _numbers(full: str) -> set[str]:
 
 def _in_pieces(short: str, long: str) -> bool:
     """``short`` cut into two or three pieces of ``PIECE`` characters or more that are in ``long``
-    side by side in another order: clauses moved around, with nothing put between them."""
+    side by side in another order: clauses moved around, with nothing put between them.
+
+    Every piece is in ``long``, so the first is a prefix of ``short`` found there and the last a
+    suffix found there: the cuts are tried only within the longest such prefix and suffix."""
     n = len(short)
-    cuts: list[tuple[int, ...]] = [(i,) for i in range(PIECE, n - PIECE + 1)]
-    cuts += [(i, j) for i in range(PIECE, n - 2 * PIECE + 1) for j in range(i + PIECE, n - PIECE + 1)]
-    for cut in cuts:
-        bounds = (0, *cut, n)
-        parts = [short[a:b] for a, b in zip(bounds, bounds[1:])]
-        if any("".join(p) in long for p in permutations(parts) if list(p) != parts):
+    if n < 2 * PIECE or short[:PIECE] not in long or short[-PIECE:] not in long:
+        return False
+    head = PIECE  # the longest prefix in ``long``
+    while head < n and short[:head + 1] in long:
+        head += 1
+    tail = n - PIECE  # where the longest suffix in ``long`` starts
+    while tail > 0 and short[tail - 1:] in long:
+        tail -= 1
+    for i in range(PIECE, min(head, n - PIECE) + 1):
+        a = short[:i]
+        if i >= tail and short[i:] + a in long:
             return True
+        for j in range(max(i + PIECE, tail), n - PIECE + 1):
+            b, c = short[i:j], short[j:]
+            if b in long and any(s != short and s in long for s in (a + c + b, b + a + c, b + c + a, c + a + b,
+                                                                      c + b + a)):
+                return True
     return False
 
 
@@ -192,6 +216,7 @@ class NgramDetector(Detector):
         self.min_contained = min_contained
         self.contained_ratio = contained_ratio
         self.max_chars = max_chars
+        self.bottom_chars = 2 * (w + m - 1)  # see BOTTOM
         # cached: a probe verifies its own payload against every candidate, and a campaign's
         # original is verified against every later copy (a payload's words are decoded, or for a
         # count of 0 segmented, once while it is among the 1,024 most recent)
@@ -234,15 +259,26 @@ class NgramDetector(Detector):
 
     def _keys_alone(self, sk: str) -> tuple[int, ...]:
         if len(sk) <= SHORT_TEXT:  # plain ints: NumPy's fixed cost per call is most of a short text's
-            return tuple(dict.fromkeys(winnow_list(shingle_hashes_list(sk, self.m, _KEY_MASK), self.w)))
-        return tuple(dict.fromkeys(winnow(shingle_hashes(sk, self.m) & np.uint64(_KEY_MASK), self.w)))
+            h = shingle_hashes_list(sk, self.m, _KEY_MASK)
+            keys = winnow_list(h, self.w)
+        else:
+            a = shingle_hashes(sk, self.m) & np.uint64(_KEY_MASK)
+            keys, h = winnow(a, self.w), a.tolist() if len(sk) <= self.bottom_chars else []
+        return tuple(dict.fromkeys(keys + bottom(h) if len(sk) <= self.bottom_chars else keys))
 
     def _keys_many(self, skeletons: list[str]) -> list[tuple[int, ...]]:
         if len(skeletons) < SMALL_BATCH:
             return [self._keys_alone(sk) for sk in skeletons]
         arrays = shingle_hashes_many(skeletons, self.m)
         cat = np.concatenate(arrays) & np.uint64(_KEY_MASK) if arrays else np.zeros(0, dtype=np.uint64)
-        return [tuple(dict.fromkeys(k)) for k in winnow_many(cat, [a.size for a in arrays], self.w)]
+        sizes = [a.size for a in arrays]
+        out = winnow_many(cat, sizes, self.w)
+        offs = 0
+        for i, n in enumerate(sizes):
+            if len(skeletons[i]) <= self.bottom_chars:
+                out[i] = out[i] + bottom(cat[offs:offs + n].tolist())
+            offs += n
+        return [tuple(dict.fromkeys(k)) for k in out]
 
     def prefetch(self, docs: "list[Doc]") -> None:
         """The keys of the whole batch in one pass (``winnow_many``): an SMS's keys cost ~4 µs in a
