@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from .exact import ExactStore
 from .index import BucketIndex
 from .stages import DecideStage, DocStates, IndexStage, Preparer, admit_id, exact_stage
-from .wire import Prepared
+from .wire import Prepared, ToDecide
 from .routing import fan_out
 from .store import Buffered, Generations, Keyed, KVStore, Tiered
 from .verdict import Cluster, DocState, Verdict
@@ -108,14 +108,22 @@ class Engine:
         verdicts: list[Verdict] = []
         fingerprint, probes = fan_out(prepared, 1)
         msgs = exact_stage(self.exact, fingerprint)
+        # this document's own answers, taken in with its expect in one decide step; not when the
+        # exact stage also offered it to later copies that came first (their steps come between)
+        fuse = len(msgs) == 1
+        answers: list[ToDecide] = []
         for probe in probes:
-            msgs += self.index.process(probe, new_id=new_id and self._all_ids_known)
+            for m in self.index.process(probe, new_id=new_id and self._all_ids_known):
+                (answers if fuse and m.kind == "answer" and m.id == prepared.id else msgs).append(m)
         queue = list(reversed(msgs))
-        while queue:
-            v = self.decide.apply(queue.pop())
+        v = self.decide.apply(queue.pop(), answers)  # the expect: ``exact_stage``'s first message
+        while True:
             if v:
                 verdicts.append(v)
             queue.extend(reversed(self.decide.outbox))  # cluster and chain messages, as the workers route them
+            if not queue:
+                break
+            v = self.decide.apply(queue.pop())
         self._advance(prepared.ts)
         return verdicts
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, MutableMapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, MutableMapping, Sequence, TypeVar
 
 from . import hashing, tokenize
 from .detectors import Detector, build_detectors
@@ -290,7 +290,9 @@ class DecideStage:
     def _store(self, ident: str, st: DocState) -> None:
         self.states[ident] = st
 
-    def apply(self, msg: ToDecide) -> Verdict | None:
+    def apply(self, msg: ToDecide, answers: Sequence[ToDecide] = ()) -> Verdict | None:
+        """Take in one message; ``answers``: the same document's index answers with it, in one step
+        (``Engine.judge`` has a document's expect and answers at once)."""
         self.outbox = []
         self._clustered = None
         self.first_seen = None
@@ -332,6 +334,11 @@ class DecideStage:
             self._tree(st, msg, reported)
         else:
             raise ValueError(f"unknown decide message {msg.kind!r}")
+        for a in answers:
+            if a.kind != "answer" or a.id != msg.id or a.part is None:
+                raise ValueError(f"not an answer for {msg.id!r}: {a!r}")
+            st.answered.add(a.part)
+            st.offer(a.cand)
         links = []
         match, now = self._heads(st)  # what it reports (``step`` changes neither)
         if match != parent:  # its match changed: ask the new one for the cluster's original

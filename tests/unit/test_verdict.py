@@ -134,3 +134,27 @@ def test_step_compares_the_key_the_verdict_it_builds_has(state):
     v = state.step()
     assert v is not None and v.key() == state.emitted and v.revision == 0
     assert state.step() is None and state.verdict().key() == state.emitted
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_an_expect_taken_in_with_its_answers_decides_as_the_messages_one_by_one(exact):
+    """``Engine.judge`` hands decide a document's expect and its answers in one step: the verdict, the
+    messages out and the stored state must be those of the messages applied one after the other."""
+    from stream_dedup.core.stages import DecideStage
+    from stream_dedup.core.wire import ToDecide
+
+    orig = Candidate(1, "a", "exact", "exact", 1.0, 0, -1) if exact else None
+    near = [Candidate(2, "b", "near", "ngram", 0.9, None, 2), Candidate(3, "c", "near", "minhash", 0.95, None, 1)]
+    expect = ToDecide("expect", "d", 10, orig, expected=2, rank=None, snippet="x")
+    answers = [ToDecide("answer", "d", 10, c, part=i) for i, c in enumerate(near)]
+    apart, fused = DecideStage(), DecideStage()
+    outs, verdicts = [], []
+    for m in [expect, *answers]:
+        verdicts.append(apart.apply(m))
+        outs += apart.outbox
+    (v,) = [v for v in verdicts if v is not None]  # one verdict: an exact copy's at its expect
+    assert v.duplicate_of == ("a" if exact else "b")
+    assert fused.apply(expect, answers) == v and fused.outbox == outs
+    assert fused.states["d"].to_json() == apart.states["d"].to_json()
+    with pytest.raises(ValueError):
+        DecideStage().apply(expect, [ToDecide("answer", "e", 10, near[0], part=0)])
