@@ -29,7 +29,7 @@ from stream_dedup.core import html  # noqa: E402
 
 HAN = re.compile(r"[\u4e00-\u9fff]")
 GRID = {"min_prose": [50, 100, 150, 200, 300], "factor": [1.5, 2.0, 3.0], "min_main": [40, 80, 120, 200]}
-DEFAULT = {"min_prose": html._MIN_PROSE, "factor": html._RECALL_FACTOR, "min_main": html._MIN_MAIN_CHARS}
+DEFAULT = {"min_prose": html.MIN_PROSE, "factor": html.RECALL_FACTOR, "min_main": html.MIN_MAIN_CHARS}
 
 
 def truth() -> dict[str, int]:

@@ -21,7 +21,9 @@ from typing import Callable
 from .document import Rejected
 from .paragraphs import BODY, EMPHASIS, HEADING_LEVELS, HEADINGS, heading, weigh
 
-_MIN_MAIN_CHARS = 80
+# prose characters under which the extraction is taken for missing the body and the page's own
+# prose blocks are walked instead
+MIN_MAIN_CHARS = 80
 
 _DROP = {"script", "style", "noscript", "nav", "header", "footer", "form", "aside", "iframe", "svg",
          "button", "select", "template", "head"}
@@ -61,18 +63,17 @@ def extract_blocks(html: str, *, max_depth: int = 200) -> list[tuple[int, str]]:
 
 # Han characters of prose below which the precise extraction may have lost the body (html_dev's
 # articles have 300 or more; a short news item in the 23 news pages, about 190)
-_MIN_PROSE = 100
+MIN_PROSE = 100
 # how many times the precise extraction's prose the recall mode must find to replace it
-_RECALL_FACTOR = 2.0
+RECALL_FACTOR = 2.0
 
 
 def choose(precise: list[tuple[int, str]], recalled: Callable[[], list[tuple[int, str]]],
-           walked: Callable[[], list[tuple[int, str]]], *, min_prose: int = _MIN_PROSE,
-           factor: float = _RECALL_FACTOR, min_main: int | None = None) -> list[tuple[int, str]]:
+           walked: Callable[[], list[tuple[int, str]]], *, min_prose: int = MIN_PROSE,
+           factor: float = RECALL_FACTOR, min_main: int = MIN_MAIN_CHARS) -> list[tuple[int, str]]:
     """The rule of ``extract_blocks`` over its three extractions (the other two made only when
     needed). The constants are parameters so that ``bench/extraction_loo.py`` can score them
     leaving one site out."""
-    min_main = _MIN_MAIN_CHARS if min_main is None else min_main
     best, score = precise, prose_chars(precise)
     if score < min_prose:
         more = recalled()
@@ -84,6 +85,8 @@ def choose(precise: list[tuple[int, str]], recalled: Callable[[], list[tuple[int
         if prose_chars(walk) > score:
             best = walk
     return best
+
+
 _SENTENCE_MARKS = frozenset("。！？；，、,.!?;")
 _NAV_MARKS = ("|", "｜", "·", ">>", "»")
 
