@@ -259,12 +259,15 @@ class NgramDetector(Detector):
 
     def _keys_alone(self, sk: str) -> tuple[int, ...]:
         if len(sk) <= SHORT_TEXT:  # plain ints: NumPy's fixed cost per call is most of a short text's
-            h = shingle_hashes_list(sk, self.m, _KEY_MASK)
-            keys = winnow_list(h, self.w)
+            hashes = shingle_hashes_list(sk, self.m, _KEY_MASK)
+            keys = winnow_list(hashes, self.w)
         else:
-            a = shingle_hashes(sk, self.m) & np.uint64(_KEY_MASK)
-            keys, h = winnow(a, self.w), a.tolist() if len(sk) <= self.bottom_chars else []
-        return tuple(dict.fromkeys(keys + bottom(h) if len(sk) <= self.bottom_chars else keys))
+            array = shingle_hashes(sk, self.m) & np.uint64(_KEY_MASK)
+            keys = winnow(array, self.w)
+            hashes = array.tolist() if len(sk) <= self.bottom_chars else []
+        if len(sk) <= self.bottom_chars:
+            keys += bottom(hashes)
+        return tuple(dict.fromkeys(keys))
 
     def _keys_many(self, skeletons: list[str]) -> list[tuple[int, ...]]:
         if len(skeletons) < SMALL_BATCH:
