@@ -117,11 +117,7 @@ class DecayingBloom:
         oldest = self._oldest(t)
         view = self._view
         maybe = not fresh
-        h1, h2 = _TWO_U64.unpack_from(digest.ljust(16, b"\0"))  # ``_positions``, inlined
-        h2 |= 1
-        m = self.shape.cells
-        for i in range(self.shape.hashes):
-            p = ((h1 + i * h2) & _U64) % m
+        for p in self._positions(digest):
             c = view[p]
             if c < oldest:
                 maybe = False

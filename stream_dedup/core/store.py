@@ -189,19 +189,18 @@ class Buffered(MutableMapping):
         return v
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
-        buf = self.buf  # ``_held`` and ``_flush_if_full`` inlined: every bucket write of the index comes here
+        self._put(key, value)
+
+    def _put(self, key: bytes, value: bytes | None) -> None:
+        """Buffer a write (None: a tombstone) and write the buffer out once it is over its limits.
+        ``size`` counts each buffered key once and its value's bytes (0 for a tombstone)."""
+        buf = self.buf
         old: Any = buf.get(key, _MISSING)
-        self.size += len(value) - (-len(key) if old is _MISSING else len(old) if old is not None else 0)
+        held = -len(key) if old is _MISSING else len(old) if old is not None else 0
+        self.size += (len(value) if value is not None else 0) - held
         buf[key] = value
         if self.size > self.max_bytes or len(buf) > self.max_entries:
             self.flush()
-
-    def _held(self, key: bytes) -> int:
-        """What ``key``'s entry in ``size`` counts beside its key: its value's bytes (0 for a
-        tombstone), or minus its key's bytes when the buffer has no entry for it, so that a new
-        entry's key is counted once."""
-        old: Any = self.buf.get(key, _MISSING)
-        return -len(key) if old is _MISSING else len(old) if old is not None else 0
 
     def __delitem__(self, key: bytes) -> None:
         if self.get(key) is None:
@@ -215,13 +214,7 @@ class Buffered(MutableMapping):
         Why: a sweep deletes keys it has just walked, millions in a large store. ``pop(key, None)``
         read each one twice (``MutableMapping.pop``, then ``del``), and a delete never wrote the
         buffer out, so a sweep of the news index held every deleted key in it to the end."""
-        self.size -= self._held(key)
-        self.buf[key] = None
-        self._flush_if_full()
-
-    def _flush_if_full(self) -> None:
-        if self.size > self.max_bytes or len(self.buf) > self.max_entries:
-            self.flush()
+        self._put(key, None)
 
     def flush(self) -> None:
         if self.buf:
