@@ -275,7 +275,14 @@ def run_row(events: list[dict], nodes: int, guarantee: str, rate: float, tmp: Pa
     quiet_librdkafka(s)  # this script's clients see the broker go away on purpose
     workers = WorkerProcs(s, tmp, guarantee)
     try:
-        apply(s)
+        for attempt in range(3):  # a cluster just started can drop the first admin requests
+            try:
+                apply(s)
+                break
+            except Exception:
+                if attempt == 2:
+                    raise
+                time.sleep(5)
         for name in ("w0", "w1"):
             workers.start(name)
         wait_until_stable(s, 2)

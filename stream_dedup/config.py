@@ -174,7 +174,7 @@ class WorkerSettings(_Section):
     state_dir: Annotated[Path, Meta(description="RocksDB tables of this worker (rebuilt from changelogs when lost)")] = Path(".state")
     web_host: Annotated[str, Meta(description="status/metrics HTTP bind address (loopback unless set)")] = "127.0.0.1"
     web_port: Annotated[int, Meta(ge=0, le=65535, description="HTTP port of /status, /metrics, /healthz, /ready; 0 turns it off")] = 6066
-    processing_guarantee: Annotated[Literal["at_least_once", "exactly_once"], Meta(description="at_least_once (idempotent stages, gap filling) or Kafka transactions (exactly_once: one worker only, see docs/operations.md)")] = "at_least_once"
+    processing_guarantee: Annotated[Literal["at_least_once", "exactly_once"], Meta(description="at_least_once (idempotent stages, gap filling) or Kafka transactions, one per input partition (exactly_once: slower, see docs/operations.md)")] = "at_least_once"
     log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"], Meta(description="worker log level")] = "INFO"
     name: Annotated[str, Meta(description="this worker's name in `status`, the status page and its reports (empty: "
                               "host:pid); give each worker a stable one (the pod name) for static membership")] = ""

@@ -85,8 +85,7 @@ class SkippingSource(BatchSource):
             return False
         self.counts["injected_skips"] += 1
         msg.acked = True
-        if self.gaps is not None:
-            self.gaps.tracker.last[(msg.topic, msg.partition)] = msg.offset
+        self.gaps.tracker.last[(msg.topic, msg.partition)] = msg.offset
         log.info("injected skip: %s[%d]@%d dropped unseen", msg.topic, msg.partition, msg.offset)
         return True
 

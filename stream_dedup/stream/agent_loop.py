@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from faust.types import TP
 
-from .context import WorkerContext, hold, timestamp_ms, where
+from .context import SOURCE, WorkerContext, hold, timestamp_ms, where
 from .gaps import Msg
 from .internals import committed_offset
 from .output import Output
@@ -25,6 +25,15 @@ from .quarantine import (FILE_NAME, REASON, FailureJournal, counts_as_poison, de
 
 log = logging.getLogger("stream_dedup.worker")
 Work = Callable[[list], Awaitable[bool]]
+
+
+def by_source(batch: list) -> list[list]:
+    """A batch of (event, message) cut into one batch per source partition, each in its order."""
+    parts: dict[tuple[str, int], list] = {}
+    for item in batch:
+        m = item[1]
+        parts.setdefault((m.topic, m.partition), []).append(item)
+    return list(parts.values())
 
 
 class AgentLoop:
@@ -41,30 +50,60 @@ class AgentLoop:
 
     async def run(self, batches: AsyncIterator[list], stage: str, work: Work,
                   discard: Callable[[], None] = lambda: None) -> None:
-        """``work`` on each batch until one is not done (see the module's docstring)."""
+        """``work`` on each batch until one is not done (see the module's docstring). Under
+        exactly-once a batch is worked on per source partition (``by_source``), each part inside
+        that partition's transaction; the parts after one that is not done are held with it."""
+        async for batch in batches:
+            parts = by_source(batch) if self.ctx.settings.worker.processing_guarantee == "exactly_once" else [batch]
+            for i, part in enumerate(parts):
+                m = part[0][1]
+                token = SOURCE.set((m.topic, m.partition))
+                try:
+                    done = await self.one(part, stage, work, discard)
+                finally:
+                    SOURCE.reset(token)
+                if not done:
+                    for rest in parts[i + 1:]:
+                        hold(rest)
+                    return
+
+    async def one(self, batch: list, stage: str, work: Work, discard: Callable[[], None]) -> bool:
+        """``work`` on one batch, replayed or quarantined as the module's docstring says; False when
+        it is not done (held: the agent ends)."""
         sizes, times = self.ctx.metrics.batch(stage)
         journal = self.journal
-        async for batch in batches:
-            sizes.observe(len(batch))
-            t0 = time.perf_counter()
-            if journal.attempts:
-                journal.forget_committed(self.committed)
-            if journal.attempts and any(journal.suspect(where(msg)) for _, msg in batch):
-                if await self.one_by_one(stage, batch, work, discard, lambda msg: journal.suspect(where(msg))):
-                    continue
-                return
-            try:
-                if await work(batch):
-                    times.observe(time.perf_counter() - t0)
-                    continue
-            except Exception as e:  # noqa: BLE001 - whatever it was, the batch must not be acked
-                discard()
-                if await self.after_failure(stage, batch, work, discard, e):
-                    continue
-                return
+        sizes.observe(len(batch))
+        t0 = time.perf_counter()
+        if journal.attempts:
+            journal.forget_committed(self.committed)
+        if journal.attempts and any(journal.suspect(where(msg)) for _, msg in batch):
+            return await self.one_by_one(stage, batch, work, discard, lambda msg: journal.suspect(where(msg)))
+        try:
+            if await work(batch):
+                times.observe(time.perf_counter() - t0)
+                return True
+        except Exception as e:  # noqa: BLE001 - whatever it was, the batch must not be acked
             discard()
-            hold(batch)
-            return
+            if self.revoked(batch):
+                return True
+            return await self.after_failure(stage, batch, work, discard, e)
+        discard()
+        hold(batch)
+        return False
+
+    def revoked(self, batch: list) -> bool:
+        """Under exactly-once: whether the batch's source partition left this worker while it was
+        worked on (then the sends of its transaction fail). The batch is held and dropped: the
+        partition's new owner aborts that transaction and reads the batch again from the offset
+        committed with it."""
+        m = batch[0][1]
+        tp = TP(m.topic, m.partition)
+        if self.ctx.settings.worker.processing_guarantee != "exactly_once" or tp in self.ctx.app.consumer.assignment():
+            return False
+        hold(batch)
+        log.info("%s[%d]: revoked while its batch at %d was worked on; the batch is left to the new owner",
+                 m.topic, m.partition, m.offset)
+        return True
 
     async def after_failure(self, stage: str, batch: list, work: Work, discard: Callable[[], None],
                             e: BaseException) -> bool:

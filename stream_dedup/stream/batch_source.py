@@ -3,8 +3,9 @@
 Faust's stream can skip a fetched message, or leave a partition's tail read but never delivered; a
 skipped offset would also hold the partition's commit back for good. ``BatchSource`` fills such
 gaps (``gaps.GapFiller``) as batches are taken, and its two timers read tails and commit holes
-again. All of this is at-least-once only: under exactly-once Faust's transactions are left as
-they are.
+again. Under exactly-once only commit holes are read again: there transaction markers and aborted
+records occupy offsets no consumer is given, so nearly every batch would begin after a gap; a hole
+that holds the commit back is read committed, its markers marked processed, its records read again.
 """
 from __future__ import annotations
 
@@ -30,12 +31,12 @@ class BatchSource:
     def __init__(self, ctx: WorkerContext, stream_topics: set[str]):
         self.ctx = ctx
         self.stream_topics = stream_topics
-        self.holes = commits.HoleWatch()
         settings = ctx.settings
-        self.gaps: GapFiller | None = None
-        if settings.worker.processing_guarantee == "at_least_once":
-            self.gaps = GapFiller(confluent_fetch(client_config(settings)), on_fill=self.filled,
-                                  committed=confluent_committed(client_config(settings), settings.worker.app_id))
+        self.inline = settings.worker.processing_guarantee == "at_least_once"  # fill gaps as batches are taken
+        # under exactly-once every commit marker is a hole: read at once, not after a few checks
+        self.holes = commits.HoleWatch() if self.inline else commits.HoleWatch(checks=1)
+        self.gaps = GapFiller(confluent_fetch(client_config(settings), markers=not self.inline), on_fill=self.filled,
+                              committed=confluent_committed(client_config(settings), settings.worker.app_id))
 
     def filled(self, topic_name: str, k: int) -> None:
         self.ctx.counts["gap.refetched"] += k
@@ -69,7 +70,7 @@ class BatchSource:
 
     async def with_gaps(self, events: Sequence[EventT]) -> Batch:
         """(event, message) for each event, preceded by the messages the stream skipped before it."""
-        if self.gaps is None:
+        if not self.inline:
             return [(ev, ev.message) for ev in events]
         out: Batch = []
         for ev in events:
@@ -91,7 +92,6 @@ class BatchSource:
     async def reread_skipped_tails(self) -> None:
         """Seek back where the consumer read the end of a partition that never reached the stream
         (``gaps.TailWatch``): else those documents wait for the partition's next event."""
-        assert self.gaps is not None
         if self.quiet():
             self.gaps.tails.reset()
             return
@@ -124,7 +124,6 @@ class BatchSource:
     async def read_hole(self, tp: TP, first: int, end: int) -> None:
         """Mark the offsets of ``first..end`` that hold no record as processed, and seek to the first
         that does."""
-        assert self.gaps is not None
         consumer = internals.consumer(self.ctx.app)
         if end - first > self.gaps.tracker.max_fill:
             log.warning("%s[%d]: offsets %d..%d hold the commit back; too many to read again here",

@@ -19,9 +19,9 @@ the key, the value or a tombstone for a delete), so Faust's recovery and standby
 unchanged. The consumer's commit flushes the producer first (``Consumer.commit``), so a batch is
 never committed before its changelog records are on the broker.
 
-With ``processing_guarantee = exactly_once`` the writes keep Faust's path (no ``producer``): there a
-changelog record must belong to the transaction of the partition it was written for, which Faust's
-per-message path arranges and the plain producer would not.
+With ``processing_guarantee = exactly_once`` the records go out through ``TransactionSender``
+instead: there a changelog record must belong to the transaction that commits the offsets of the
+batch that wrote it.
 
 ``BulkSender`` does the appending, for these records and for the agents' other output: one
 delivery future per producer batch, not per record (see its docstring).
@@ -39,6 +39,8 @@ import rocksdict
 from faust.streams import current_event
 from faust.types import TP
 
+from . import internals
+from .context import SOURCE
 from .partitioner import KeyHashes, is_default
 
 log = logging.getLogger("stream_dedup.worker")
@@ -159,6 +161,25 @@ class BulkSender:
         return sent
 
 
+class TransactionSender:
+    """``BulkSender``'s part under exactly-once: each record sent within the transaction of the
+    source partition of the batch that made it (``context.SOURCE``), the one its offsets commit in,
+    whatever partition the record goes to; one delivery per record. Through Faust's own path a
+    table write went out later from its producer buffer, after the batch's offsets had committed
+    if a commit came between: a crash then lost the write."""
+
+    watch = None
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def send(self, topic: str, partition: int | None, records: Iterable[Record]) -> list[Delivery]:
+        """Send ``records`` (in order) to ``topic``; returns their deliveries."""
+        source = SOURCE.get()
+        tid = internals.transactional_id(self.app, *source) if source is not None else None
+        return [Delivery(await internals.send_in(self.app, tid, topic, k, v, partition), 0) for k, v in records]
+
+
 class TableMapping(MutableMapping):
     """bytes -> bytes view of a Faust table (raw serializers), for the partition of the current event.
 
@@ -167,7 +188,8 @@ class TableMapping(MutableMapping):
     ``BulkSender`` may serve every table and output of a worker).
     """
 
-    def __init__(self, table: Any, producer: Callable[[], Any] | None = None, sender: BulkSender | None = None):
+    def __init__(self, table: Any, producer: Callable[[], Any] | None = None,
+                 sender: BulkSender | TransactionSender | None = None):
         self.table = table
         self.producer = producer
         self.sender = sender if sender is not None or producer is None else BulkSender(producer)
@@ -281,7 +303,9 @@ class TableMapping(MutableMapping):
 
     def _delivered(self, tp: TP, sent: Delivery, fut: asyncio.Future) -> None:
         """Record the partition's last changelog offset in its database, as Faust's callback does:
-        a restart then reads the changelog only from there on."""
+        a restart then reads the changelog only from there on. Under exactly-once, as Faust's, only
+        once the transaction commits: before, the offset is past the end a read-committed restore
+        sees, and recovery stops on it (ConsistencyError)."""
         if fut.cancelled():
             return
         exc = fut.exception()
@@ -291,7 +315,10 @@ class TableMapping(MutableMapping):
                     tp.topic, tp.partition, exc)
             return
         try:
-            self.table.data.set_persisted_offset(tp, sent.offset())
+            if self.table.app.in_transaction:  # as Faust: written when the transaction commits
+                self.table.app.tables.persist_offset_on_commit(self.table.data, tp, sent.offset())
+            else:
+                self.table.data.set_persisted_offset(tp, sent.offset())
         except Exception:  # noqa: BLE001 - the partition may have moved away meanwhile
             log.debug("persisted offset for %s[%d] not written", tp.topic, tp.partition, exc_info=True)
 

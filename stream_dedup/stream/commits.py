@@ -55,8 +55,6 @@ def strict_new_offset(original: Callable[[Any, TP], Optional[int]]) -> Callable[
     offset (see the module's docstring); ``original`` under a transaction (exactly once)."""
 
     def _new_offset(self: Any, tp: TP) -> Optional[int]:
-        if self.in_transaction:
-            return original(self, tp)
         acked: list[int] = self._acked[tp]
         if not acked:
             return None
@@ -118,10 +116,14 @@ def held_add_gap(original: Callable[..., Any]) -> Callable[..., Any]:
     ``app.stream_dedup_held_topics`` outside a transaction: the workers' internal topics, which no
     transactional producer writes, so a jump there is offsets the stream never got. They then hold
     the commit like any unprocessed offset, and ``HoleWatch`` reads them again (or marks those the
-    broker has no record at). Logged: every such jump is a skip to explain."""
+    broker has no record at). Logged: every such jump is a skip to explain. Under exactly-once no
+    jump is a gap: there it is mostly transaction markers and aborted records, but it can be a skip
+    too, so the hole is read (committed records only), not taken on trust."""
 
     async def _add_gap(self: Any, tp: TP, offset_from: int, offset_to: int) -> None:
-        if tp.topic in getattr(self.app, "stream_dedup_held_topics", ()) and not self.in_transaction:
+        if self.in_transaction:  # markers and aborted records, or a skip: ``HoleWatch`` reads them to tell
+            return
+        if tp.topic in getattr(self.app, "stream_dedup_held_topics", ()):
             log.warning("%s[%d]: the fetcher went past offsets %d..%d unread; they hold the commit until "
                         "they are read", tp.topic, tp.partition, offset_from, offset_to - 1)
             return

@@ -7,6 +7,7 @@ import signal
 import time
 import weakref
 from collections import Counter
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,11 @@ from .metrics import Metrics
 from .watchdog import EXIT_FAILED, EXIT_STALLED
 
 log = logging.getLogger("stream_dedup.worker")
+
+#: (topic, partition) of the batch the running agent works on (``AgentLoop.run``): under exactly-once
+#: what the batch makes is sent within that partition's transaction (``Output.publish``), which
+#: commits or aborts with the partition's offsets wherever the records go
+SOURCE: ContextVar[tuple[str, int] | None] = ContextVar("stream_dedup_source", default=None)
 
 
 def hold(batch: list) -> None:
@@ -115,4 +121,4 @@ class WorkerContext:
             self.exit_for_restart(EXIT_FAILED, f"a delivery to {what} failed: {e!r}")
 
 
-__all__ = ["EXIT_FAILED", "EXIT_STALLED", "Msg", "Under", "WorkerContext", "hold", "timestamp_ms", "where"]
+__all__ = ["EXIT_FAILED", "EXIT_STALLED", "Msg", "SOURCE", "Under", "WorkerContext", "hold", "timestamp_ms", "where"]

@@ -15,8 +15,10 @@ they were acked), and does not go through once one of them has failed; the failu
 worker for a restart (``EXIT_FAILED``), which replays every message since the last commit, as
 after a crash (the stages are idempotent). A failure that repeats on every replay (a record that
 will never fit) then shows as a worker that keeps restarting and logs why, not as silent loss.
-Under exactly-once, Faust's transactions do this themselves: a transaction with a failed send does
-not commit.
+Under exactly-once a transaction with a failed send does not commit; but Faust takes the offsets
+of a commit that raised as committed, and the next transaction would commit past them with their
+output lost, so a transaction commit that fails stops the worker too (``install``): the restart
+begins from the offsets the broker has, with the tables restored from the changelogs.
 """
 from __future__ import annotations
 
@@ -47,7 +49,12 @@ class DeliveryGuard:
     def _done(self, what: str, fut: asyncio.Future) -> None:
         self.pending.discard(fut)
         exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
-        if exc is None or self.failure is not None:
+        if exc is not None:
+            self.failed(exc, what)
+
+    def failed(self, exc: BaseException, what: str) -> None:
+        """Sending to ``what`` failed: no commit from now on (the first failure is reported)."""
+        if self.failure is not None:
             return
         self.failure = exc
         self.on_failure(what, exc)
@@ -85,3 +92,28 @@ def install() -> None:
 
     guarded_commit.stream_dedup = True  # type: ignore[attr-defined]
     Consumer._commit = guarded_commit  # type: ignore[method-assign]
+    _install_transactions()
+
+
+def _install_transactions() -> None:
+    """Make a transaction commit that raises stop the worker (see the module's docstring)."""
+    from faust.transport.consumer import TransactionManager
+
+    from . import internals
+
+    commit = TransactionManager.commit
+    if getattr(commit, "stream_dedup", False):
+        return
+
+    async def checked_commit(self: Any, offsets: Mapping[Any, int], start_new_transaction: bool = True) -> bool:
+        try:
+            return await commit(self, offsets, start_new_transaction)
+        except Exception as e:
+            guard: DeliveryGuard | None = internals.delivery_guard(self.app)
+            if guard is not None:
+                guard.failed(e, "a transaction commit")
+            raise
+
+    checked_commit.stream_dedup = True  # type: ignore[attr-defined]
+    TransactionManager.commit = checked_commit  # type: ignore[method-assign]
+

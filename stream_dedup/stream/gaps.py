@@ -298,13 +298,16 @@ def _read_range(c: Any, topic: str, partition: int, first: int, end: int) -> lis
                        f"(read {len(out)} message(s))")
 
 
-def confluent_fetch(client_config: dict) -> Fetch:
-    """A fetch function over one confluent-kafka consumer (no group, nothing committed)."""
+def confluent_fetch(client_config: dict, markers: bool = False) -> Fetch:
+    """A fetch function over one confluent-kafka consumer (no group, nothing committed). ``markers``
+    (exactly-once): a short broker wait, since a range of commit markers only ends with the
+    end-of-partition event, which the broker sends after that wait (500 ms by default)."""
     from confluent_kafka import TopicPartition
 
+    extra = {"fetch.wait.max.ms": 10} if markers else {}
     consumer = _shared_consumer(dict(client_config, **{"group.id": "stream-dedup-gap-filler",
                                                        "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                                                       "enable.partition.eof": True}))
+                                                       "enable.partition.eof": True}, **extra))
 
     def fetch(topic: str, partition: int, first: int, end: int) -> list[Msg]:
         with consumer() as c:

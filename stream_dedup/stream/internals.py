@@ -56,6 +56,8 @@ PRIVATE: list[tuple[str, str, str]] = [
     ("aiokafka.producer.message_accumulator.MessageAccumulator", "_closed", "changelog.BulkSender"),
     ("aiokafka.producer.message_accumulator.MessageAccumulator", "_exception", "changelog.BulkSender"),
     ("aiokafka.producer.message_accumulator.MessageBatch", "_builder", "changelog.BulkSender"),
+    ("faust.transport.consumer.TransactionManager", "commit",
+     "transactional_id: the transaction id format it commits a partition's offsets in; patched: delivery"),
     ("faust.stores.rocksdb.Store", "_db_for_partition", "changelog.TableMapping"),
     ("faust.stores.rocksdb.Store", "_dbs", "worker: flush of every table database"),
     ("faust._cython.streams", "sleep", "patched: drain.RareSleep"),
@@ -109,6 +111,20 @@ def committed_offset(app: Any, tp: TP) -> int | None:
 def aiokafka_producer(app: Any) -> Any:
     """aiokafka's running producer under Faust's (started if it is not yet)."""
     return app.producer._ensure_producer()
+
+
+def transactional_id(app: Any, topic: str, partition: int) -> str:
+    """The transaction in which Faust commits the offsets of ``topic[partition]`` under exactly-once
+    (``TransactionManager.commit``); its producer exists while this worker holds that partition."""
+    return f"{app.conf.id}-{app.assignor.group_for_topic(topic)}-{partition}"
+
+
+async def send_in(app: Any, tid: str | None, topic: str, key: bytes | None, value: bytes | None,
+                  partition: int | None) -> Any:
+    """Send one record within transaction ``tid`` (None: with the plain producer, outside every
+    transaction); returns its delivery future. Faust's ``Topic.send`` would pick the transaction
+    of the record's destination partition, which only that partition's owner holds."""
+    return await app.producer.send(topic, key, value, partition, None, None, transactional_id=tid)
 
 
 def table_databases(table: Any) -> list[Any]:

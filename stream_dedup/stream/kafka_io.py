@@ -96,6 +96,35 @@ def end_reader(settings: Settings, group: str):
     return consumer(settings, group, **{"enable.partition.eof": True, "fetch.wait.max.ms": 10})
 
 
+def no_record_from(settings: Settings, starts: dict[Any, int], timeout: float = 10.0,
+                   ends: dict[Any, int] | None = None) -> set[Any]:
+    """Of ``starts`` ((topic, partition) -> offset), those whose partition holds no record from that
+    offset to its end, read committed: the offsets left are commit markers or aborted records. A
+    partition not answered within ``timeout``, or whose end comes before the one ``ends`` gives
+    for it, counts as holding one."""
+    if not starts:
+        return set()
+    from confluent_kafka import KafkaError, TopicPartition
+
+    c = end_reader(settings, f"{settings.worker.app_id}-end-check")
+    left = {(k[0], k[1]): k for k in starts}
+    empty: set[Any] = set()
+    try:
+        c.assign([TopicPartition(t, p, starts[k]) for (t, p), k in left.items()])
+        deadline = time.monotonic() + timeout
+        while left and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            err = m.error() if m is not None else None
+            if m is None or (err is not None and err.code() != KafkaError._PARTITION_EOF):
+                continue
+            k = left.pop((m.topic(), m.partition()), None)
+            if k is not None and err is not None and m.offset() >= (ends or {}).get(k, 0):
+                empty.add(k)
+    finally:
+        c.close()
+    return empty
+
+
 def send(p, topic: str, value: bytes, key: bytes | None = None, **kw: Any) -> None:
     """Produce one message, waiting for room when librdkafka's local queue is full."""
     while True:

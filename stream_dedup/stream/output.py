@@ -10,7 +10,7 @@ from ..config import Settings
 from ..core.routing import id_partition
 from ..core.wire import Probe, ToDecide, pack_batches
 from . import delivery, internals
-from .changelog import BulkSender, Record
+from .changelog import BulkSender, Record, TransactionSender
 from .context import WorkerContext
 
 Queued = dict[tuple[Any, int], list[bytes]]  # (topic, partition) -> encoded items
@@ -62,28 +62,27 @@ class Topics:
 
 class Output:
     """Sends records: at least once straight into aiokafka's producer batches (``BulkSender``),
-    exactly once through Faust's ``Topic.send`` so that each record joins its source's transaction.
-    Every delivery is watched: after a failure no offset is committed and the worker restarts."""
+    exactly once each within the transaction of the partition whose batch made it (``SOURCE``),
+    the one Faust commits that partition's offsets in, wherever the record goes (Kafka Streams'
+    per-task transactions). At least once every delivery is watched, exactly once every transaction
+    commit: after a failure no offset is committed and the worker restarts."""
 
     def __init__(self, ctx: WorkerContext, topics: Topics):
         self.ctx = ctx
         self.topics = topics
         self.partitions = ctx.settings.topics.partitions
-        self.guard: delivery.DeliveryGuard | None = None
-        self.sender: BulkSender | None = None
-        if ctx.settings.worker.processing_guarantee == "at_least_once":
-            self.guard = delivery.DeliveryGuard(ctx.delivery_failed)
-            self.sender = BulkSender(self.bulk_producer, self.guard.watch)
+        self.guard = delivery.DeliveryGuard(ctx.delivery_failed)
+        self.sender: BulkSender | TransactionSender = (
+            BulkSender(self.bulk_producer, self.guard.watch)
+            if ctx.settings.worker.processing_guarantee == "at_least_once" else TransactionSender(ctx.app))
 
     def bulk_producer(self) -> Any:
-        """aiokafka's producer, for the bulk sends (at least once only: ``sender`` is None otherwise)."""
+        """aiokafka's producer, for the bulk sends (at least once)."""
         return internals.aiokafka_producer(self.ctx.app)
 
     async def publish(self, topic: faust.TopicT, records: list[Record], partition: int | None = None) -> list:
         """Send records (key, value) in order; returns their delivery futures. The partition, when
         not given, is the producer's default (murmur2 of the key), as Faust's."""
-        if self.sender is None:
-            return [await topic.send(key=k, value=v, partition=partition) for k, v in records]
         return [d.future for d in await self.sender.send(topic.get_topic_name(), partition, records)]
 
     async def send_batches(self, out: Queued, records: dict[Any, list[Record]] | None = None) -> list | None:

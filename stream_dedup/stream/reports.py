@@ -10,7 +10,7 @@ from typing import Any
 
 import faust
 
-from . import heap
+from . import heap, internals
 from .context import WorkerContext
 from .exact_filters import ExactFilters
 from .rocks import Budget
@@ -81,4 +81,7 @@ class Reporter:
         body: dict[str, Any] = {"worker": self.worker_id, "at": time.time(),
                                 "uptime_s": round(time.time() - ctx.started, 1), "counts": snapshot,
                                 "assigned": assigned, "memory": memory}
-        await self.status_topic.send(key=self.worker_id.encode(), value=json.dumps(body).encode())
+        # outside every transaction: under exactly-once Faust's send would pick the status partition's,
+        # which only one worker holds
+        await internals.send_in(ctx.app, None, self.status_topic.get_topic_name(), self.worker_id.encode(),
+                                json.dumps(body).encode(), None)

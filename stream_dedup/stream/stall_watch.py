@@ -8,10 +8,10 @@ import time
 
 from faust.types import TP
 
-from . import internals
+from . import internals, kafka_io
 from .batch_source import BatchSource
 from .context import WorkerContext
-from .watchdog import EXIT_STALLED, StallDetector, nudge_target
+from .watchdog import EXIT_STALLED, MarkerLag, Position, StallDetector, nudge_target
 
 log = logging.getLogger("stream_dedup.worker")
 
@@ -25,6 +25,7 @@ class StallWatch:
         self.source = source
         self.detector: StallDetector[TP] = StallDetector(w.stall_timeout_s, nudge_s=w.stall_nudge_s)
         self.rebalancing_since: float | None = None
+        self.marker_lag: MarkerLag[TP] = MarkerLag()
 
     async def check(self) -> None:
         """Exit for a restart when an assigned partition stalls, or a rebalance never ends."""
@@ -42,10 +43,12 @@ class StallWatch:
         if not tps or not (w.stall_timeout_s or w.stall_nudge_s):
             return
         ends = await consumer.highwaters(*tps)
-        positions: dict[TP, tuple[int | None, int | None]] = {}
+        positions: dict[TP, Position] = {}
         for tp in tps:
             read = consumer._read_offset.get(tp)
             positions[tp] = (read + 1 if read is not None else consumer._committed_offset.get(tp), ends.get(tp))
+        if w.processing_guarantee == "exactly_once":
+            positions = await self.past_markers(positions)
         metrics = ctx.metrics
         metrics.lag.clear()
         for tp, (pos, end) in positions.items():
@@ -59,14 +62,24 @@ class StallWatch:
             self.stall_exit("; ".join(f"{tp.topic}[{tp.partition}] lag {lag}, no progress for {idle:.0f} s"
                                       for tp, lag, idle in stalled))
 
+    async def past_markers(self, positions: dict[TP, Position]) -> dict[TP, Position]:
+        """Under exactly-once: ``positions`` with each partition that lags by its commit markers
+        only taken as caught up (``watchdog.MarkerLag``)."""
+        check = self.marker_lag.to_check(positions, self.detector.unmoved)
+        if check:
+            loop = asyncio.get_running_loop()
+            self.marker_lag.learn(positions, await loop.run_in_executor(None, kafka_io.no_record_from,
+                                                                        self.ctx.settings, check))
+        return self.marker_lag.caught_up(positions)
+
     async def nudge(self, tp: TP, pos: int | None) -> None:
         """The first remedy for a stalled partition: put it back in Faust's fetch set and seek it to
         the first offset not yet processed here (idempotent stages make a re-read harmless)."""
         consumer = internals.consumer(self.ctx.app)
         gaps = self.source.gaps
-        last = gaps.tracker.last.get((tp.topic, tp.partition)) if gaps is not None else None
+        last = gaps.tracker.last.get((tp.topic, tp.partition))
         known = (pos, None if last is None else last + 1, internals.committed_offset(self.ctx.app, tp))
-        committed = gaps.committed if gaps is not None else None
+        committed = gaps.committed
         ask = functools.partial(committed, tp.topic, tp.partition) if committed is not None else None
         target, source = await asyncio.get_running_loop().run_in_executor(None, nudge_target, known, ask)
         view = {"active": tp in consumer._get_active_partitions(), "paused": tp in consumer._paused_partitions,

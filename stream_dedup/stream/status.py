@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import Settings
+from . import kafka_io
 from .kafka_io import (admin, assign_up_to_ends, consumer, coordinated, end_reader, reached_end,
                        topic_partitions, watermarks)
 from .topics import load_specs
@@ -133,28 +134,11 @@ def records_behind(settings: Settings, rows: list[dict[str, Any]], timeout: floa
     open transaction's records are not counted (the end offsets, read committed, stop before
     them), and need not be: their writer has not committed the input they came from, which lags."""
     lagging = {(r["topic"], r["partition"]): r for r in rows if r["lag"] > 0}
-    if not lagging:
-        return []
-    from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING
 
-    c = end_reader(settings, f"{settings.worker.app_id}-status-drain")
-    left = dict(lagging)
-    behind: list[dict[str, Any]] = []
-    try:
-        c.assign([TopicPartition(t, p, r["committed"] if r["committed"] >= 0 else OFFSET_BEGINNING)
-                  for (t, p), r in lagging.items()])
-        deadline = time.monotonic() + timeout
-        while left and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            err = m.error() if m is not None else None
-            if m is None or (err is not None and err.code() != KafkaError._PARTITION_EOF):
-                continue
-            row = left.pop((m.topic(), m.partition()), None)
-            if row is not None and (err is None or m.offset() < row["end"]):
-                behind.append(row)  # a record to process (or an end short of the one the status read)
-    finally:
-        c.close()
-    return behind + list(left.values())  # a partition not answered in time counts as behind
+    starts = {k: r["committed"] if r["committed"] >= 0 else OFFSET_BEGINNING for k, r in lagging.items()}
+    done = kafka_io.no_record_from(settings, starts, timeout, {k: r["end"] for k, r in lagging.items()})
+    return [r for k, r in lagging.items() if k not in done]
 
 
 def wait_drained(settings: Settings, timeout_s: float, every_s: float = 1.0, *,

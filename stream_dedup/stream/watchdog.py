@@ -99,6 +99,11 @@ class StallDetector(Generic[K]):
                 stalled.append((tp, lag, idle))
         return stalled
 
+    def unmoved(self, tp: K, pos: int | None) -> bool:
+        """Whether ``tp`` was at ``pos`` at the last ``observe`` too (no progress since)."""
+        s = self.seen.get(tp)
+        return s is not None and s.offset == pos
+
     def to_nudge(self, now: float) -> list[K]:
         """Partitions that have had lag and no progress for ``nudge_s`` (as of the last ``observe``),
         each once per stall: a nudge that works shows as progress, which starts a new episode."""
@@ -111,6 +116,35 @@ class StallDetector(Generic[K]):
                 s.nudged = True
                 out.append(tp)
         return out
+
+
+Position = tuple[int | None, int | None]  # (next offset to read, end offset) of a partition
+
+
+@dataclass
+class MarkerLag(Generic[K]):
+    """Partitions whose lag, under exactly-once, is only commit markers or aborted records: their
+    (position, end) as last found so by reading them (``kafka_io.no_record_from``). Such a partition
+    lags for good once its last transaction is committed; taken for stalled, it would be nudged
+    and then restarted, over and over."""
+
+    known: dict[K, Position] = field(default_factory=dict)
+
+    def to_check(self, positions: dict[K, Position], unmoved: Callable[[K, int | None], bool]) -> dict[K, int]:
+        """The partitions to read from their position: lagging, no progress since the last look
+        (``StallDetector.unmoved``), and not known to hold no record there."""
+        idle = {tp: pos for tp, (pos, end) in positions.items()
+                if pos is not None and end is not None and end > pos and unmoved(tp, pos)}
+        self.known = {tp: v for tp, v in self.known.items() if tp in idle and positions[tp] == v}
+        return {tp: pos for tp, pos in idle.items() if tp not in self.known}
+
+    def learn(self, positions: dict[K, Position], empty: Iterable[K]) -> None:
+        """``empty``: the partitions read and found to hold no record from their position."""
+        self.known.update({tp: positions[tp] for tp in empty})
+
+    def caught_up(self, positions: dict[K, Position]) -> dict[K, Position]:
+        """``positions`` with the end of each partition known to lag by markers only set to its position."""
+        return {tp: (v[0], v[0]) if self.known.get(tp) == v else v for tp, v in positions.items()}
 
 
 # Faust's own check (verify_event_path) of the partitions it consumes, in the two forms that name

@@ -113,7 +113,7 @@ class Tables:
 
         self.exact, self.index, self.decide = table("exact"), table("index"), table("decide")
         self.ids = table("ids") if w.reject_id_conflicts else None  # the first content's digest of each id
-        bulk = output.bulk_producer if output.sender is not None else None
+        bulk = output.bulk_producer
         self.exact_map, self.index_map, self.decide_map = (TableMapping(t, bulk, output.sender)
                                                            for t in (self.exact, self.index, self.decide))
         self.ids_map = TableMapping(self.ids, bulk, output.sender) if self.ids is not None else None
@@ -192,9 +192,9 @@ class Worker:
         app.agent(self.topics.answers, name="decide_agent")(self.decide_agent)
         app.on_before_shutdown.connect(self.quiesce)  # type: ignore[arg-type]
         app.on_partitions_revoked.connect(self.forget_revoked)  # type: ignore[arg-type]
-        if self.source.gaps is not None:
+        if self.source.inline:
             app.timer(interval=2.0, name="reread_skipped_tails")(self.source.reread_skipped_tails)
-            app.timer(interval=2.0, name="read_commit_holes")(self.source.read_commit_holes)
+        app.timer(interval=2.0, name="read_commit_holes")(self.source.read_commit_holes)
         if w.state_flush_s > 0:
             app.timer(interval=w.state_flush_s, name="flush_state")(self.flush_state)
         if w.heap_trim_s > 0:
@@ -232,10 +232,8 @@ class Worker:
         """Drop what belonged to partitions that leave this worker: Bloom filters, gap positions and
         commits in flight; they are rebuilt from the restored tables if the partitions come back."""
         commits.forget(internals.consumer(self.app), revoked)
-        gaps = self.source.gaps
         for tp in revoked:
-            if gaps is not None:
-                gaps.tracker.forget(tp.topic, tp.partition)
+            self.source.gaps.tracker.forget(tp.topic, tp.partition)
             if tp.topic == self.topics.probes.get_topic_name():
                 self.filters.forget(tp.partition)
 

@@ -7,6 +7,7 @@ and the test plays the sender task (it takes batches off the accumulator and com
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -94,13 +95,15 @@ def test_full_batches_spill_through_aiokafka_and_every_record_is_delivered_once(
 
 
 class _Table:
-    """What ``TableMapping`` uses of a Faust table: a RocksDB file per partition and a changelog topic."""
+    """What ``TableMapping`` uses of a Faust table: a RocksDB file per partition, a changelog topic,
+    and its app's guarantee (at least once: persisted offsets are written as records are delivered)."""
 
     def __init__(self, root):
         self.dbs = {p: Rdict(str(root / f"part-{p}.db"), options=Options(raw_mode=True)) for p in PARTS}
         self.persisted: dict = {}
         self.data = self
         self.changelog_topic = self
+        self.app = SimpleNamespace(in_transaction=False)
 
     def _db_for_partition(self, partition: int) -> Rdict:
         return self.dbs[partition]

@@ -1,5 +1,5 @@
 """The stall rule: lag with no progress for the timeout; progress, no lag or a rebalance clear it."""
-from stream_dedup.stream.watchdog import ChangelogIdleFilter, StallDetector, nudge_target
+from stream_dedup.stream.watchdog import ChangelogIdleFilter, MarkerLag, StallDetector, nudge_target
 
 
 def test_stalled_only_after_timeout_with_lag_and_no_progress():
@@ -36,6 +36,31 @@ def test_caught_up_partition_is_never_stalled():
     # new messages arrive: the grace period starts when lag appears, not when the offset last moved
     assert d.observe(101, {"a": (50, 60)}) == []
     assert d.observe(112, {"a": (50, 60)}) != []
+
+
+def test_a_partition_that_lags_by_its_commit_marker_only_is_caught_up_until_it_moves():
+    """Exactly-once: the read position stops before the marker that ends a partition. A partition
+    without progress is read once; found empty, it is not stalled while (position, end) stay; a new
+    end (a record came) is read again, and a partition read as holding records stays lagging."""
+    d, marks = StallDetector(timeout_s=10), MarkerLag()
+    reads: list[dict] = []
+
+    def check(now: float, positions: dict, empty: set) -> list:
+        todo = marks.to_check(positions, d.unmoved)
+        reads.append(todo)
+        if todo:
+            marks.learn(positions, empty & set(todo))
+        return [tp for tp, *_ in d.observe(now, marks.caught_up(positions))]
+
+    assert check(0, {"a": (40, 41), "b": (7, 9)}, {"a"}) == []
+    assert reads[-1] == {}  # nothing is read before a partition has been seen without progress
+    assert check(5, {"a": (40, 41), "b": (7, 9)}, {"a"}) == []
+    assert reads[-1] == {"a": 40, "b": 7}  # no progress: both read; "a" holds only its marker
+    assert check(20, {"a": (40, 41), "b": (7, 9)}, {"a"}) == ["b"]  # "b" holds records and stalls
+    assert reads[-1] == {"b": 7}  # "a" is not read again while its position and end stay
+    assert check(25, {"a": (40, 44), "b": (7, 9)}, set()) == ["b"]
+    assert reads[-1] == {"a": 40, "b": 7}  # records came after the marker: read again, now lagging
+    assert check(40, {"a": (40, 44), "b": (9, 9)}, set()) == ["a"]
 
 
 def test_reset_and_unassigned_partitions():
