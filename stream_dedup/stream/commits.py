@@ -15,8 +15,9 @@ for a few checks, and the worker reads the partition again from it (``batch_sour
 A hole is measured from the commit in flight, if there is one (``commit_base``), not only from the
 last one done.
 Offsets the broker has no record at (transaction markers of a transactional producer of the input)
-are told to Faust as a gap, which it commits past. Under exactly-once Faust's own rule stays: there
-the gap filler does not run, and transaction markers occupy offsets.
+are told to Faust as a gap, which it commits past. Under exactly-once the same rule holds: there
+every offset jump holds the commit (``held_add_gap``) until the hole is read committed, its markers
+and aborted records marked processed and its records read again.
 """
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def runs(offsets: list[int]) -> list[tuple[int, int]]:
 
 def strict_new_offset(original: Callable[[Any, TP], Optional[int]]) -> Callable[[Any, TP], Optional[int]]:
     """Faust's ``_new_offset`` that commits only a run of processed offsets beginning at the committed
-    offset (see the module's docstring); ``original`` under a transaction (exactly once)."""
+    offset (see the module's docstring), under either guarantee; ``original`` is kept on it (tests
+    compare with Faust's rule)."""
 
     def _new_offset(self: Any, tp: TP) -> Optional[int]:
         acked: list[int] = self._acked[tp]

@@ -116,4 +116,3 @@ def _install_transactions() -> None:
 
     checked_commit.stream_dedup = True  # type: ignore[attr-defined]
     TransactionManager.commit = checked_commit  # type: ignore[method-assign]
-
