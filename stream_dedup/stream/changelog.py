@@ -183,16 +183,13 @@ class TransactionSender:
 class TableMapping(MutableMapping):
     """bytes -> bytes view of a Faust table (raw serializers), for the partition of the current event.
 
-    ``producer`` returns the running aiokafka producer (Faust's, so the consumer's commit flushes
-    it); None keeps Faust's per-message changelog path. ``sender`` appends the records (one
-    ``BulkSender`` may serve every table and output of a worker).
+    ``sender`` sends the changelog records (one ``BulkSender`` or ``TransactionSender`` may serve
+    every table and output of a worker).
     """
 
-    def __init__(self, table: Any, producer: Callable[[], Any] | None = None,
-                 sender: BulkSender | TransactionSender | None = None):
+    def __init__(self, table: Any, sender: BulkSender | TransactionSender):
         self.table = table
-        self.producer = producer
-        self.sender = sender if sender is not None or producer is None else BulkSender(producer)
+        self.sender = sender
         self.queued: dict[int, list[Write]] = {}  # table partition -> changelog records
 
     @staticmethod
@@ -212,28 +209,17 @@ class TableMapping(MutableMapping):
         return value
 
     def get(self, key: bytes, default: Any = None) -> Any:
-        if self.producer is None:
-            return self.table.get(key, default)
         value = self._db(self._partition()).get(key)
         return default if value is None else value
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
-        if self.producer is None:
-            self.table[key] = value
-            return
         part = self._partition()
         self._db(part).put(key, value)
         self.queued.setdefault(part, []).append((key, value))
 
-    @property
-    def write_many(self) -> Callable[[int, list[Write]], None] | None:
-        """``store.WriteBack.flush``'s bulk write: None on Faust's own path (exactly once), where a
-        write must happen under its event."""
-        return None if self.producer is None else self._write_many
-
-    def _write_many(self, partition: int, items: list[Write]) -> None:
-        """Write a partition's (key, value or None to delete) in one RocksDB batch and queue their
-        changelog records (a tombstone per delete) in the same order."""
+    def write_many(self, partition: int, items: list[Write]) -> None:
+        """``store.WriteBack.flush``'s bulk write: a partition's (key, value or None to delete) in one
+        RocksDB batch, and their changelog records (a tombstone per delete) queued in the same order."""
         batch = rocksdict.WriteBatch(raw_mode=True)
         for key, value in items:
             if value is None:
@@ -244,9 +230,6 @@ class TableMapping(MutableMapping):
         self.queued.setdefault(partition, []).extend(items)
 
     def __delitem__(self, key: bytes) -> None:
-        if self.producer is None:
-            del self.table[key]
-            return
         part = self._partition()
         db = self._db(part)
         if db.get(key) is None:
@@ -289,7 +272,6 @@ class TableMapping(MutableMapping):
         if not self.queued:
             return 0
         queued, self.queued = self.queued, {}
-        assert self.sender is not None
         topic = self.table.changelog_topic.get_topic_name()
         n = 0
         for part, records in queued.items():
@@ -310,7 +292,7 @@ class TableMapping(MutableMapping):
             return
         exc = fut.exception()
         if exc is not None:  # a watching sender's guard reports it and stops the worker: said once
-            watched = self.sender is not None and self.sender.watch is not None
+            watched = self.sender.watch is not None
             log.log(logging.DEBUG if watched else logging.ERROR, "changelog records to %s[%d] failed: %r",
                     tp.topic, tp.partition, exc)
             return

@@ -113,10 +113,9 @@ class Tables:
 
         self.exact, self.index, self.decide = table("exact"), table("index"), table("decide")
         self.ids = table("ids") if w.reject_id_conflicts else None  # the first content's digest of each id
-        bulk = output.bulk_producer
-        self.exact_map, self.index_map, self.decide_map = (TableMapping(t, bulk, output.sender)
+        self.exact_map, self.index_map, self.decide_map = (TableMapping(t, output.sender)
                                                            for t in (self.exact, self.index, self.decide))
-        self.ids_map = TableMapping(self.ids, bulk, output.sender) if self.ids is not None else None
+        self.ids_map = TableMapping(self.ids, output.sender) if self.ids is not None else None
         tag, scope = current_event, _event_partition
         self.exact_data = WriteBack(self.exact_map, tag=tag, scope=scope)
         self.index_data = WriteBack(self.index_map, tag=tag, scope=scope)

@@ -122,7 +122,7 @@ def test_a_table_sends_its_queued_changelog_records_per_partition_and_a_discard_
     async def run():
         p = producer()
         table = _Table(tmp_path)
-        tm = TableMapping(table, lambda: p)
+        tm = TableMapping(table, BulkSender(lambda: p))
         for part in (0, 2):
             tm.write_many(part, [(b"k", bytes([part])), (b"only-%d" % part, b"x")])
         assert await tm.send() == 4
