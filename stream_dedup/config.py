@@ -265,6 +265,11 @@ class WorkerSettings(_Section):
         if self.heartbeat_interval_s * 3 > self.session_timeout_s:
             raise ValueError(f"heartbeat_interval_s: at most a third of session_timeout_s ({self.session_timeout_s:g})")
 
+    @property
+    def exactly_once(self) -> bool:
+        """Whether every input partition's work commits in a Kafka transaction."""
+        return self.processing_guarantee == "exactly_once"
+
     def display_name(self) -> str:
         """``name``, or host:pid: what ``status`` and the status page call this worker."""
         import os

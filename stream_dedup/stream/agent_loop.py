@@ -54,7 +54,7 @@ class AgentLoop:
         exactly-once a batch is worked on per source partition (``by_source``), each part inside
         that partition's transaction; the parts after one that is not done are held with it."""
         async for batch in batches:
-            parts = by_source(batch) if self.ctx.settings.worker.processing_guarantee == "exactly_once" else [batch]
+            parts = by_source(batch) if self.ctx.settings.worker.exactly_once else [batch]
             for i, part in enumerate(parts):
                 m = part[0][1]
                 token = SOURCE.set((m.topic, m.partition))
@@ -98,7 +98,7 @@ class AgentLoop:
         committed with it."""
         m = batch[0][1]
         tp = TP(m.topic, m.partition)
-        if self.ctx.settings.worker.processing_guarantee != "exactly_once" or tp in self.ctx.app.consumer.assignment():
+        if not self.ctx.settings.worker.exactly_once or tp in self.ctx.app.consumer.assignment():
             return False
         hold(batch)
         log.info("%s[%d]: revoked while its batch at %d was worked on; the batch is left to the new owner",

@@ -32,7 +32,7 @@ class BatchSource:
         self.ctx = ctx
         self.stream_topics = stream_topics
         settings = ctx.settings
-        self.inline = settings.worker.processing_guarantee == "at_least_once"  # fill gaps as batches are taken
+        self.inline = not settings.worker.exactly_once  # fill gaps as batches are taken
         # under exactly-once every commit marker is a hole: read at once, not after a few checks
         self.holes = commits.HoleWatch() if self.inline else commits.HoleWatch(checks=1)
         self.gaps = GapFiller(confluent_fetch(client_config(settings), markers=not self.inline), on_fill=self.filled,

@@ -41,6 +41,7 @@ from faust.types import TP
 
 from . import internals
 from .context import SOURCE
+from .undo import Journal
 from .partitioner import KeyHashes, is_default
 
 log = logging.getLogger("stream_dedup.worker")
@@ -172,25 +173,48 @@ class TransactionSender:
 
     def __init__(self, app: Any):
         self.app = app
+        self.after: dict[str, list[Callable[[], None]]] = {}  # transactional id -> what its commit runs
+
+    def _tid(self) -> str | None:
+        source = SOURCE.get()
+        return internals.transactional_id(self.app, *source) if source is not None else None
 
     async def send(self, topic: str, partition: int | None, records: Iterable[Record]) -> list[Delivery]:
         """Send ``records`` (in order) to ``topic``; returns their deliveries."""
-        source = SOURCE.get()
-        tid = internals.transactional_id(self.app, *source) if source is not None else None
+        tid = self._tid()
         return [Delivery(await internals.send_in(self.app, tid, topic, k, v, partition), 0) for k, v in records]
+
+    def when_committed(self, then: Callable[[], None]) -> None:
+        """Run ``then`` once the transaction of the current batch's records has committed: at the
+        end of the first commit of its partition that starts after this call."""
+        tid = self._tid()
+        if tid is not None:
+            self.after.setdefault(tid, []).append(then)
+
+    def committing(self, tids: Iterable[str]) -> Callable[[], None]:
+        """At the start of a commit of ``tids``: what to run once it has succeeded. Taken now, so
+        that nothing sent while it is under way is taken for committed."""
+        taken = [then for tid in tids for then in self.after.pop(tid, ())]
+
+        def done() -> None:
+            for then in taken:
+                then()
+        return done
 
 
 class TableMapping(MutableMapping):
     """bytes -> bytes view of a Faust table (raw serializers), for the partition of the current event.
 
     ``sender`` sends the changelog records (one ``BulkSender`` or ``TransactionSender`` may serve
-    every table and output of a worker).
+    every table and output of a worker). Under exactly-once each write saves the committed value it
+    replaces, until its transaction commits (``undo``).
     """
 
     def __init__(self, table: Any, sender: BulkSender | TransactionSender):
         self.table = table
         self.sender = sender
         self.queued: dict[int, list[Write]] = {}  # table partition -> changelog records
+        self.journaled = isinstance(sender, TransactionSender)
 
     @staticmethod
     def _partition() -> int:
@@ -201,6 +225,25 @@ class TableMapping(MutableMapping):
 
     def _db(self, partition: int) -> Any:
         return self.table.data._db_for_partition(partition)
+
+    def _journal(self, partition: int) -> Journal | None:
+        """The saved values of the partition's open database (``rocks.BoundedStore``)."""
+        return self.table.data.journals.get(partition)
+
+    def _write(self, partition: int, items: list[Write]) -> None:
+        """``items`` (key, value or None to delete) in one RocksDB batch, after the committed values
+        they replace under exactly-once."""
+        db = self._db(partition)
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        if self.journaled:
+            self.table.data.journals[partition].save(db, batch, (key for key, _ in items))
+        for key, value in items:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        db.write(batch)
+        self.queued.setdefault(partition, []).extend(items)
 
     def __getitem__(self, key: bytes) -> bytes:
         value = self.get(key)
@@ -213,29 +256,18 @@ class TableMapping(MutableMapping):
         return default if value is None else value
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
-        part = self._partition()
-        self._db(part).put(key, value)
-        self.queued.setdefault(part, []).append((key, value))
+        self._write(self._partition(), [(key, value)])
 
     def write_many(self, partition: int, items: list[Write]) -> None:
         """``store.WriteBack.flush``'s bulk write: a partition's (key, value or None to delete) in one
         RocksDB batch, and their changelog records (a tombstone per delete) queued in the same order."""
-        batch = rocksdict.WriteBatch(raw_mode=True)
-        for key, value in items:
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
-        self._db(partition).write(batch)
-        self.queued.setdefault(partition, []).extend(items)
+        self._write(partition, items)
 
     def __delitem__(self, key: bytes) -> None:
         part = self._partition()
-        db = self._db(part)
-        if db.get(key) is None:
+        if self._db(part).get(key) is None:
             raise KeyError(key)
-        db.delete(key)
-        self.queued.setdefault(part, []).append((key, None))
+        self._write(part, [(key, None)])
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.table.keys())
@@ -268,7 +300,8 @@ class TableMapping(MutableMapping):
 
         The records join the partitions' open producer batches (``BulkSender``, which waits only
         when a batch is full); delivery is awaited by the consumer's commit, which flushes the
-        producer. One persisted-offset write per partition, when its last record is acknowledged."""
+        producer. One persisted-offset write per partition, when its last record is acknowledged
+        (under exactly-once: when their transaction commits)."""
         if not self.queued:
             return 0
         queued, self.queued = self.queued, {}
@@ -276,18 +309,32 @@ class TableMapping(MutableMapping):
         n = 0
         for part, records in queued.items():
             sent = await self.sender.send(topic, part, records)
-            if sent:
-                sent[-1].future.add_done_callback(partial(self._delivered, TP(topic, part), sent[-1]))
+            if not sent:
+                continue
+            if isinstance(self.sender, TransactionSender) and (journal := self._journal(part)) is not None:
+                self.sender.when_committed(partial(self._committed, part, journal, dict(records), sent[-1]))
+            sent[-1].future.add_done_callback(partial(self._delivered, TP(topic, part), sent[-1]))
             for d in sent[:-1]:  # consume a failure: the last batch's callback logs what matters
                 d.future.add_done_callback(_quiet)
             n += len(records)
         return n
 
+    def _committed(self, partition: int, journal: Journal, values: dict[bytes, bytes | None], sent: Delivery) -> None:
+        """Exactly-once: the transaction of ``values`` committed; their saved values go, and the
+        partition's changelog offset is stored with that (``undo.Journal.committed``)."""
+        db = self.table.data._dbs.get(partition)
+        if db is None or self._journal(partition) is not journal:  # closed since: restored when opened
+            return
+        try:
+            journal.committed(db, values, sent.offset())
+        except Exception:  # noqa: BLE001 - the saved values stay: restored, and the changelog read again
+            log.debug("%s[%d]: committed writes not recorded", self.table.name, partition, exc_info=True)
+
     def _delivered(self, tp: TP, sent: Delivery, fut: asyncio.Future) -> None:
         """Record the partition's last changelog offset in its database, as Faust's callback does:
-        a restart then reads the changelog only from there on. Under exactly-once, as Faust's, only
-        once the transaction commits: before, the offset is past the end a read-committed restore
-        sees, and recovery stops on it (ConsistencyError)."""
+        a restart then reads the changelog only from there on. Under exactly-once the offset is
+        stored when the transaction commits (``_committed``): before, it is past the end a
+        read-committed restore sees, and recovery stops on it (ConsistencyError)."""
         if fut.cancelled():
             return
         exc = fut.exception()
@@ -296,11 +343,10 @@ class TableMapping(MutableMapping):
             log.log(logging.DEBUG if watched else logging.ERROR, "changelog records to %s[%d] failed: %r",
                     tp.topic, tp.partition, exc)
             return
+        if self.journaled:
+            return
         try:
-            if self.table.app.in_transaction:  # as Faust: written when the transaction commits
-                self.table.app.tables.persist_offset_on_commit(self.table.data, tp, sent.offset())
-            else:
-                self.table.data.set_persisted_offset(tp, sent.offset())
+            self.table.data.set_persisted_offset(tp, sent.offset())
         except Exception:  # noqa: BLE001 - the partition may have moved away meanwhile
             log.debug("persisted offset for %s[%d] not written", tp.topic, tp.partition, exc_info=True)
 

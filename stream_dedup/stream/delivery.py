@@ -18,7 +18,7 @@ will never fit) then shows as a worker that keeps restarting and logs why, not a
 Under exactly-once a transaction with a failed send does not commit; but Faust takes the offsets
 of a commit that raised as committed, and the next transaction would commit past them with their
 output lost, so a transaction commit that fails stops the worker too (``install``): the restart
-begins from the offsets the broker has, with the tables restored from the changelogs.
+begins from the offsets the broker has, with the tables as its last commit left them (``undo``).
 """
 from __future__ import annotations
 
@@ -96,7 +96,8 @@ def install() -> None:
 
 
 def _install_transactions() -> None:
-    """Make a transaction commit that raises stop the worker (see the module's docstring)."""
+    """Make a transaction commit that raises stop the worker (see the module's docstring), and one
+    that succeeds tell the ``TransactionSender`` (``undo``)."""
     from faust.transport.consumer import TransactionManager
 
     from . import internals
@@ -106,13 +107,19 @@ def _install_transactions() -> None:
         return
 
     async def checked_commit(self: Any, offsets: Mapping[Any, int], start_new_transaction: bool = True) -> bool:
+        sender = internals.transaction_sender(self.app)
+        done = sender.committing({internals.transactional_id(self.app, tp.topic, tp.partition) for tp in offsets}
+                                 ) if sender is not None else None
         try:
-            return await commit(self, offsets, start_new_transaction)
+            committed = await commit(self, offsets, start_new_transaction)
         except Exception as e:
             guard: DeliveryGuard | None = internals.delivery_guard(self.app)
             if guard is not None:
                 guard.failed(e, "a transaction commit")
             raise
+        if done is not None and committed and not self.app.crashed:  # crashed: fenced, Faust said True
+            done()
+        return committed
 
     checked_commit.stream_dedup = True  # type: ignore[attr-defined]
     TransactionManager.commit = checked_commit  # type: ignore[method-assign]

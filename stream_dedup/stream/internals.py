@@ -11,6 +11,7 @@ changes nothing in those libraries.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from importlib import metadata
@@ -59,8 +60,11 @@ PRIVATE: list[tuple[str, str, str]] = [
     ("faust.transport.consumer.TransactionManager", "commit",
      "transactional_id: the transaction id format it commits a partition's offsets in; patched: delivery"),
     ("faust.stores.rocksdb.Store", "_db_for_partition", "changelog.TableMapping"),
-    ("faust.stores.rocksdb.Store", "_dbs", "worker: flush of every table database"),
+    ("faust.stores.rocksdb.Store", "_dbs", "worker: flush of every table database; changelog.TableMapping"),
+    ("faust.stores.rocksdb.Store", "_open_for_partition", "rocks.BoundedStore: saved values back (undo)"),
+    ("faust.stores.rocksdb.Store", "offset_key", "undo.OFFSET_KEY: stored with the saved values' removal"),
     ("faust._cython.streams", "sleep", "patched: drain.RareSleep"),
+    ("faust.tables.recovery", "asyncio", "patched: recovery's wait for a changelog record (RECOVERY_QUIET_S)"),
 ]
 # Behaviours relied on or worked around, checked at the versions of ``CHECKED``:
 # - rocksdict reopens a database with its saved OPTIONS, so a TTL database's compaction filter is
@@ -135,13 +139,23 @@ def table_databases(table: Any) -> list[Any]:
 # the settings the fetch patch reads, per app (weak: a test may build many apps)
 _fetch_settings: "weakref.WeakKeyDictionary[Any, tuple[int, int]]" = weakref.WeakKeyDictionary()
 _delivery_guards: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_transaction_senders: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
-def attach(app: Any, *, fetch_max_wait_ms: int, fetch_min_bytes: int, delivery_guard: Any) -> None:
-    """Tell the patches what this app wants: its fetch settings and its delivery guard (or None)."""
+def attach(app: Any, *, fetch_max_wait_ms: int, fetch_min_bytes: int, delivery_guard: Any,
+           transaction_sender: Any = None) -> None:
+    """Tell the patches what this app wants: its fetch settings, its delivery guard (or None) and,
+    under exactly-once, the sender told of each transaction commit."""
     _fetch_settings[app] = (fetch_max_wait_ms, fetch_min_bytes)
     if delivery_guard is not None:
         _delivery_guards[app] = delivery_guard
+    if transaction_sender is not None:
+        _transaction_senders[app] = transaction_sender
+
+
+def transaction_sender(app: Any) -> Any:
+    """The app's ``changelog.TransactionSender``, None when it has none (at-least-once)."""
+    return _transaction_senders.get(app)
 
 
 def delivery_guard(app: Any) -> Any:
@@ -188,6 +202,33 @@ def _install_committed_highwaters() -> None:
     AIOKafkaConsumerThread._highwaters = _highwaters  # type: ignore[method-assign]
 
 
+#: how long Faust's recovery waits for a changelog record before it checks whether it is done
+RECOVERY_QUIET_S = 0.5
+
+
+class _RecoveryAsyncio:
+    """``asyncio`` as ``faust.tables.recovery`` sees it: its one ``wait_for`` (the recovery loop's
+    wait for the next changelog record, 5 s) capped at ``RECOVERY_QUIET_S``."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    @staticmethod
+    async def wait_for(aw: Any, timeout: float | None) -> Any:
+        return await asyncio.wait_for(aw, RECOVERY_QUIET_S if timeout is None else min(timeout, RECOVERY_QUIET_S))
+
+
+def _install_recovery_quiet_wait() -> None:
+    """Under exactly-once each changelog ends with a commit marker, which Faust's recovery never
+    reads as a record: it took a partition for restored only after two waits of 5 s in which no
+    record came (its ``detect_aborted_tx``), so every recovery, even of nothing, held the worker's
+    streams for 10 s more. The waits are cut to ``RECOVERY_QUIET_S``."""
+    from faust.tables import recovery
+
+    if not isinstance(recovery.asyncio, _RecoveryAsyncio):
+        recovery.asyncio = _RecoveryAsyncio()  # type: ignore[assignment]
+
+
 def check_versions() -> list[str]:
     """The libraries whose installed version is not the one ``PRIVATE`` was checked against."""
     out = []
@@ -202,7 +243,8 @@ def check_versions() -> list[str]:
 
 
 def install() -> None:
-    """Install every patch (idempotent): the fetch settings, committed highwaters, the delivery guard
+    """Install every patch (idempotent): the fetch settings, committed highwaters, recovery's short
+    wait for a changelog record, the delivery guard
     on commits, the fast hand-over of fetched messages, strict commits (no gap taken on internal
     topics), and the bounded RocksDB store."""
     from . import commits, delivery, drain, rocks
@@ -211,6 +253,7 @@ def install() -> None:
         log.warning("stream-dedup's worker was checked against other library versions: %s", problem)
     _install_fetch_settings()
     _install_committed_highwaters()
+    _install_recovery_quiet_wait()
     delivery.install()
     drain.install()
     commits.install()

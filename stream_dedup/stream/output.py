@@ -73,8 +73,8 @@ class Output:
         self.partitions = ctx.settings.topics.partitions
         self.guard = delivery.DeliveryGuard(ctx.delivery_failed)
         self.sender: BulkSender | TransactionSender = (
-            BulkSender(self.bulk_producer, self.guard.watch)
-            if ctx.settings.worker.processing_guarantee == "at_least_once" else TransactionSender(ctx.app))
+            TransactionSender(ctx.app) if ctx.settings.worker.exactly_once
+            else BulkSender(self.bulk_producer, self.guard.watch))
 
     def bulk_producer(self) -> Any:
         """aiokafka's producer, for the bulk sends (at least once)."""

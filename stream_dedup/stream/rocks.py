@@ -19,6 +19,7 @@ and Faust replays the changelog from that offset on.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,10 @@ from typing import Any
 import rocksdict
 from faust import stores
 from faust.stores import rocksdb as faust_rocksdb
+
+from . import undo
+
+log = logging.getLogger("stream_dedup.worker")
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,17 @@ class BoundedStore(faust_rocksdb.Store):
         wal = bool(options.pop("wal", False))
         super().__init__(*args, options=options, driver="rocksdict", **kwargs)
         self.rocksdb_options = BoundedOptions(**options, budget=budget, wal=wal)
+        self.journals: dict[int, undo.Journal] = {}  # partition -> its open database's (exactly-once)
+
+    def _open_for_partition(self, partition: int) -> Any:
+        """A partition's database, with the committed values that writes of unfinished transactions
+        replaced put back (``undo``): Faust's recovery then reads the changelog on from its offset."""
+        db = super()._open_for_partition(partition)
+        restored = undo.restore(db)
+        if restored:
+            log.warning("%s: %d key(s) written by transactions that never committed set back", self.basename, restored)
+        self.journals[partition] = undo.Journal()
+        return db
 
 
 SCHEME = "rocksdb-bounded"

@@ -47,7 +47,7 @@ class StallWatch:
         for tp in tps:
             read = consumer._read_offset.get(tp)
             positions[tp] = (read + 1 if read is not None else consumer._committed_offset.get(tp), ends.get(tp))
-        if w.processing_guarantee == "exactly_once":
+        if w.exactly_once:
             positions = await self.past_markers(positions)
         metrics = ctx.metrics
         metrics.lag.clear()

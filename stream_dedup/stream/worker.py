@@ -35,7 +35,7 @@ from ..config import Settings
 from ..core.index import BucketIndex
 from ..core.stages import DecideStage, DocStates, IndexStage, Preparer
 from ..core.store import WriteBack
-from . import clean_stop, commits, heap, internals, rocks
+from . import commits, heap, internals, rocks
 from .agent_loop import AgentLoop
 from .agents import DecideAgent, IndexAgent, PrepareAgent
 from .batch_source import BatchSource
@@ -146,8 +146,6 @@ class Worker:
     def __init__(self, settings: Settings):
         internals.install()
         self.app = faust_app(settings)
-        clean_stop.settle(Path(settings.worker.state_dir), Path(self.app.conf.tabledir),
-                          settings.worker.processing_guarantee == "exactly_once")
         self.ctx = ctx = WorkerContext(self.app, settings)
         self.topics = Topics.of(self.app, settings)
         # no transactional producer writes these: a fetch that jumps there is a skip (commits.held_add_gap)
@@ -155,7 +153,8 @@ class Worker:
                                              self.topics.answers.get_topic_name()}
         self.output = Output(ctx, self.topics)
         internals.attach(self.app, fetch_max_wait_ms=settings.worker.fetch_max_wait_ms,
-                         fetch_min_bytes=settings.worker.fetch_min_bytes, delivery_guard=self.output.guard)
+                         fetch_min_bytes=settings.worker.fetch_min_bytes, delivery_guard=self.output.guard,
+                         transaction_sender=self.output.sender if settings.worker.exactly_once else None)
         self.tables = tb = Tables(ctx, self.topics, self.output)
         self.preparer = Preparer(settings)
         log.info("segmenter and parsers loaded in %.1f s", self.preparer.warm())
@@ -290,7 +289,4 @@ def run_worker(settings: Settings, worker_class: type[Worker] = Worker) -> None:
     try:
         runner.execute_from_commandline()
     except SystemExit as e:
-        if e.code in (0, None) or e.code == worker.ctx.exit_code:
-            clean_stop.mark(Path(settings.worker.state_dir))
         sys.exit(worker.ctx.exit_code or e.code)
-    clean_stop.mark(Path(settings.worker.state_dir))

@@ -61,3 +61,24 @@ print("ok")
 def test_importing_the_package_patches_nothing_and_install_patches_all():
     out = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_recoverys_wait_for_a_changelog_record_is_short_and_the_rest_of_asyncio_unchanged():
+    """Faust's recovery waited 5 s for a record, twice, before it took a changelog that ends with a
+    commit marker for restored (every exactly-once recovery): the wait is capped."""
+    import asyncio
+    import time
+
+    from faust.tables import recovery
+
+    internals.install()
+
+    async def wait() -> float:
+        t0 = time.monotonic()
+        with pytest.raises(asyncio.TimeoutError):
+            await recovery.asyncio.wait_for(asyncio.Event().wait(), timeout=5.0)
+        assert await recovery.asyncio.wait_for(asyncio.sleep(0, "done"), timeout=5.0) == "done"
+        return time.monotonic() - t0
+
+    assert asyncio.run(wait()) < 2.0
+    assert recovery.asyncio.sleep is asyncio.sleep and recovery.asyncio.TimeoutError is asyncio.TimeoutError
