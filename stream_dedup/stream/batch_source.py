@@ -102,6 +102,8 @@ class BatchSource:
                                             internals.highwater(consumer, tp))
                  for tp in consumer.assignment() if tp.topic in self.stream_topics}
         for topic, part, offset in self.gaps.tails.check(self.gaps.tracker, reads, idle):
+            if self.quiet():  # a rebalance began while an earlier seek waited
+                return
             log.warning("%s[%d]: offsets from %d on were read but never reached the stream; reading them "
                         "again", topic, part, offset)
             ctx.counts["gap.tail_rereads"] += 1
@@ -109,21 +111,24 @@ class BatchSource:
 
     async def read_commit_holes(self) -> None:
         """Read a partition again from an offset that holds its commit back because no agent ever
-        processed it (``commits.HoleWatch``): a message the stream skipped unseen."""
+        processed it (``commits.HoleWatch``): a message the stream skipped unseen. Under exactly-once
+        every hole up to the highest acked offset is read at once (``commits.open_span``)."""
         if self.quiet():
             self.holes.reset()
             return
         consumer = internals.consumer(self.ctx.app)
-        found = {(tp.topic, tp.partition): commits.head_hole(
+        span = commits.head_hole if self.inline else commits.open_span
+        max_fill = None if self.inline else self.gaps.tracker.max_fill
+        found = {(tp.topic, tp.partition): span(
                      commits.commit_base(consumer, tp), consumer._acked.get(tp) or (),
                      [(iv.begin, iv.end) for iv in consumer._gap.get(tp) or ()])
                  for tp in consumer.assignment() if tp.topic in self.stream_topics}
         for (topic, part), first, end in self.holes.check(found, self.ctx.in_hand):
-            await self.read_hole(TP(topic, part), first, end)
+            await self.read_hole(TP(topic, part), first, end if max_fill is None else min(end, first + max_fill))
 
     async def read_hole(self, tp: TP, first: int, end: int) -> None:
-        """Mark the offsets of ``first..end`` that hold no record as processed, and seek to the first
-        that does."""
+        """Mark the offsets of ``first..end`` that hold no record and were not acked as processed,
+        and seek to the first record that was not."""
         consumer = internals.consumer(self.ctx.app)
         if end - first > self.gaps.tracker.max_fill:
             log.warning("%s[%d]: offsets %d..%d hold the commit back; too many to read again here",
@@ -135,13 +140,17 @@ class BatchSource:
             log.warning("%s[%d]: offsets %d..%d hold the commit back and could not be read: %r",
                         tp.topic, tp.partition, first, end - 1, e)
             return
-        present = sorted(m.offset for m in msgs)
-        for lo, hi in commits.runs(sorted(set(range(first, end)) - set(present))):
+        if self.quiet() or tp not in consumer.assignment():  # a rebalance came during the read: it starts over
+            return
+        acked = set(consumer._acked.get(tp) or ())
+        present = {m.offset for m in msgs}
+        for lo, hi in commits.runs(sorted(set(range(first, end)) - present - acked)):
             commits.mark_processed(consumer, tp, lo, hi)  # no record there: a transaction marker
-        if present:
+        skipped = sorted(present - acked)
+        if skipped:
             log.warning("%s[%d]: offsets %d..%d hold the commit back: never processed here (%d record(s)); "
                         "reading the partition again from %d", tp.topic, tp.partition, first, end - 1,
-                        len(present), present[0])
+                        len(skipped), skipped[0])
             self.ctx.counts["commit.hole_rereads"] += 1
             self.ctx.metrics.holes.labels(tp.topic).inc()
-            await consumer.seek(tp, present[0])
+            await consumer.seek(tp, skipped[0])

@@ -46,6 +46,26 @@ def head_hole(base: int, acked: Iterable[int], gaps: Iterable[tuple[int, int]]) 
     return (first, top) if first < top else None
 
 
+def open_span(base: int, acked: Iterable[int], gaps: Iterable[tuple[int, int]]) -> tuple[int, int] | None:
+    """Exactly-once: the offsets [first, end) from the head hole (``head_hole``) up to the highest
+    acked offset, which hold every hole behind it too. Each transaction's commit marker is one, a
+    few a second on an internal partition: taken one head hole per check, the commit fell minutes
+    behind, and a run of records the stream skipped waited that long to be found."""
+    done = {o for o in acked if o >= base}
+    if not done:
+        return None
+    top, spans, offset = max(done), sorted(gaps), base
+    while offset < top:
+        gap_end = next((end for begin, end in spans if begin <= offset < end), None)
+        if gap_end is not None:
+            offset = gap_end
+        elif offset in done:
+            offset += 1
+        else:
+            return (offset, top)
+    return None
+
+
 def runs(offsets: list[int]) -> list[tuple[int, int]]:
     """Sorted offsets as (first, last) runs of consecutive ones."""
     return [(run[0], run[-1]) for run in consecutive_numbers(offsets)]

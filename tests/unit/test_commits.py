@@ -10,7 +10,7 @@ from faust.transport.consumer import Consumer
 from faust.types import TP
 from intervaltree import IntervalTree
 
-from stream_dedup.stream.commits import (HoleWatch, commit_base, forget, head_hole, mark_processed, runs,
+from stream_dedup.stream.commits import (HoleWatch, commit_base, forget, head_hole, mark_processed, open_span, runs,
                                          strict_new_offset)
 
 TP3 = TP("probes", 3)
@@ -91,6 +91,19 @@ def test_head_hole_is_what_holds_the_commit_back():
     assert head_hole(10, [15, 16], [(10, 12)]) == (12, 15)
     assert head_hole(10, [15, 16], [(8, 11), (11, 15)]) is None
     assert runs([3, 4, 5, 8, 10, 11]) == [(3, 5), (8, 8), (10, 11)]
+
+
+def test_open_span_holds_every_hole_up_to_the_highest_acked_offset():
+    """Exactly-once: commit markers at 12 and 15, records 17..19 skipped; one read of 12..21 finds
+    them all, where the head hole (12, 13) alone would leave the commit at 13 until the next check."""
+    acked = [10, 11, 13, 14, 16, 20, 21]
+    assert head_hole(10, acked, []) is None  # 10..11 commit first; the head hole shows after that
+    assert open_span(10, acked, []) == (12, 21)
+    acked = acked[2:]  # 10 and 11 committed
+    assert head_hole(12, acked, []) == (12, 13)
+    assert open_span(12, acked, []) == (12, 21)
+    assert open_span(12, acked, [(12, 13)]) == (15, 21)
+    assert open_span(12, [], []) is None and open_span(12, [3], []) is None
 
 
 def test_hole_watch_asks_for_a_re_read_only_of_a_hole_that_lasts_and_is_not_in_hand():
