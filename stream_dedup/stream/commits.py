@@ -48,9 +48,10 @@ def head_hole(base: int, acked: Iterable[int], gaps: Iterable[tuple[int, int]]) 
 
 def open_span(base: int, acked: Iterable[int], gaps: Iterable[tuple[int, int]]) -> tuple[int, int] | None:
     """Exactly-once: the offsets [first, end) from the head hole (``head_hole``) up to the highest
-    acked offset, which hold every hole behind it too. Each transaction's commit marker is one, a
-    few a second on an internal partition: taken one head hole per check, the commit fell minutes
-    behind, and a run of records the stream skipped waited that long to be found."""
+    acked offset, which hold every hole behind it too. Each transaction's commit marker is one,
+    several a second on an internal partition: taken one head hole per check, the commit fell
+    further and further behind, and a run of records the stream skipped waited that long to be
+    found."""
     done = {o for o in acked if o >= base}
     if not done:
         return None

@@ -208,7 +208,7 @@ RECOVERY_QUIET_S = 0.5
 
 class _RecoveryAsyncio:
     """``asyncio`` as ``faust.tables.recovery`` sees it: its one ``wait_for`` (the recovery loop's
-    wait for the next changelog record, 5 s) capped at ``RECOVERY_QUIET_S``."""
+    wait for the next changelog record) capped at ``RECOVERY_QUIET_S``."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(asyncio, name)
@@ -220,9 +220,9 @@ class _RecoveryAsyncio:
 
 def _install_recovery_quiet_wait() -> None:
     """Under exactly-once each changelog ends with a commit marker, which Faust's recovery never
-    reads as a record: it took a partition for restored only after two waits of 5 s in which no
-    record came (its ``detect_aborted_tx``), so every recovery, even of nothing, held the worker's
-    streams for 10 s more. The waits are cut to ``RECOVERY_QUIET_S``."""
+    reads as a record: it takes a partition for restored only after two of its waits for a record
+    have timed out (its ``detect_aborted_tx``), so every recovery, even of nothing, held the
+    worker's streams for those two waits. Each is cut to ``RECOVERY_QUIET_S``."""
     from faust.tables import recovery
 
     if not isinstance(recovery.asyncio, _RecoveryAsyncio):
