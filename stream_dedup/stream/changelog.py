@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Iterable, Iterator
 
-import rocksdict
 from faust.streams import current_event
 from faust.types import TP
 
 from . import internals
 from .context import SOURCE
+from . import undo
 from .undo import Journal
 from .partitioner import KeyHashes, is_default
 
@@ -234,15 +234,7 @@ class TableMapping(MutableMapping):
         """``items`` (key, value or None to delete) in one RocksDB batch, after the committed values
         they replace under exactly-once."""
         db = self._db(partition)
-        batch = rocksdict.WriteBatch(raw_mode=True)
-        if self.journaled:
-            self.table.data.journals[partition].save(db, batch, (key for key, _ in items))
-        for key, value in items:
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
-        db.write(batch)
+        undo.write(db, items, self.table.data.journals[partition] if self.journaled else None)
         self.queued.setdefault(partition, []).extend(items)
 
     def __getitem__(self, key: bytes) -> bytes:

@@ -6,8 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import Settings
-from . import kafka_io
-from .kafka_io import (admin, assign_up_to_ends, consumer, coordinated, end_reader, reached_end,
+from .kafka_io import (admin, assign_up_to_ends, consumer, coordinated, end_reader, no_record_from, reached_end,
                        topic_partitions, watermarks)
 from .topics import load_specs
 
@@ -137,7 +136,7 @@ def records_behind(settings: Settings, rows: list[dict[str, Any]], timeout: floa
     from confluent_kafka import OFFSET_BEGINNING
 
     starts = {k: r["committed"] if r["committed"] >= 0 else OFFSET_BEGINNING for k, r in lagging.items()}
-    done = kafka_io.no_record_from(settings, starts, timeout, {k: r["end"] for k, r in lagging.items()})
+    done = no_record_from(settings, starts, timeout, {k: r["end"] for k, r in lagging.items()})
     return [r for k, r in lagging.items() if k not in done]
 
 

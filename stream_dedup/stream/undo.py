@@ -21,11 +21,12 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 import rocksdict
+from faust.stores.rocksdb import Store
 
 #: saved values sort with Faust's own keys (``__faust\0offset__``), which ``partition_items`` skips
 UNDO = b"__faust\0undo\0"
 _ABSENT, _PRESENT = b"\0", b"\1"
-OFFSET_KEY = b"__faust\0offset__"  # faust.stores.rocksdb.Store.offset_key
+OFFSET_KEY: bytes = Store.offset_key  # where Faust keeps a partition's persisted changelog offset
 
 
 def _saved(value: bytes | None) -> bytes:
@@ -58,6 +59,20 @@ def restore(db: Any) -> int:
     if n:
         db.write(batch)
     return n
+
+
+def write(db: Any, items: list[tuple[bytes, bytes | None]], journal: "Journal | None" = None) -> None:
+    """``items`` (key, value or None to delete) in one RocksDB batch; with ``journal`` (exactly-once)
+    after the committed values they replace."""
+    batch = rocksdict.WriteBatch(raw_mode=True)
+    if journal is not None:
+        journal.save(db, batch, (key for key, _ in items))
+    for key, value in items:
+        if value is None:
+            batch.delete(key)
+        else:
+            batch.put(key, value)
+    db.write(batch)
 
 
 class Journal:

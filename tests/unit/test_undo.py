@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import rocksdict
 
 from stream_dedup.stream import undo
 from stream_dedup.stream.rocks import BoundedOptions, Budget
@@ -20,14 +19,7 @@ def _open(path, wal=False):
 
 def _write(db, journal, items):
     """What ``TableMapping`` does under exactly-once: saved values first, in the write's batch."""
-    batch = rocksdict.WriteBatch(raw_mode=True)
-    journal.save(db, batch, [k for k, _ in items])
-    for k, v in items:
-        if v is None:
-            batch.delete(k)
-        else:
-            batch.put(k, v)
-    db.write(batch)
+    undo.write(db, items, journal)
 
 
 def _visible(db):
