@@ -80,7 +80,7 @@ def sweep(folder: Path, copy: Path, cutoff: int, traced: bool) -> tuple[float, f
         tracemalloc.stop()
     kv.flush()
     left = kv.store.count(b"P")
-    stale = sum(1 for k, v in kv.items() if k[:1] == b"B" and any(e[0] < cutoff for e in unpack_entries(v)))
+    stale = sum(1 for k, v in kv.items() if k[:1] == b"L" and any(e[0] < cutoff for e in unpack_entries(v)))
     kv.store.close()
     if stale:
         sys.exit(f"{stale} buckets still hold entries older than the cutoff")

@@ -3,8 +3,9 @@
 Layout (any ``MutableMapping[bytes, bytes]``: a RocksDB store in ``scan``, a RocksDB-backed Faust
 table partition in the workers, so both drivers run this same code):
 
-    B | det(1) | key(8)   ->  packed bucket: entries (ts, id, payload) sorted by (ts, id); from two
-                              entries on, after a header: 0x80 | entries(4) | offset of the last(4)
+    L | det(1) | key(8)   ->  packed bucket: entries (ts, id, label(8) + payload) sorted by (ts, id);
+                              from two entries on, after a header: 0x80 | entries(4) | offset of
+                              the last(4)
     P | det(1) | id       ->  payload of a document, when larger than INLINE_MAX bytes, or when it
                               goes into a bucket that already holds INLINE_ENTRIES (stored once)
 
@@ -13,9 +14,14 @@ rebalance and standby replicas) offers get/set/delete only, no prefix scan, and 
 partition of the current event. One value per bucket needs nothing more, and a probe costs one
 read per key. The price is a read-modify-write per key on insert, bounded by ``max_bucket``.
 
-Entries are sorted by (ts, id), so a probe verifies each bucket from its earliest entry and stops
-at the first match: the earliest match, without verifying the rest of a long bucket (spam
-campaigns make long buckets). Entries later than the probing document are all verified: those are
+Entries are sorted by (ts, id), so a probe verifies each bucket from its earliest entry up to the
+first match: the earliest match. Past it, only one entry of each other cluster is verified, the
+earliest of those the probe shares BRIDGE_KEYS buckets with: each entry carries a label, the label
+of its own earliest match when it was indexed (else its id's hash), so one label means one
+cluster; clusters only ever merge, so an old label costs a verify, never a wrong skip. A match of
+another label is a bridge: the probing document joins that cluster to its own (``DecideStage``).
+A spam campaign's long bucket holds one label, and the rest of it is walked without a verify.
+Entries later than the probing document are all verified: those are
 late matches, answered so that the later document's verdict is revised (except those that match
 the probe's earliest match in a bucket they share: their verdicts name that or an earlier one
 already, ``BucketIndex.covered``).
@@ -42,6 +48,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import AbstractSet, Callable, Iterable, Iterator, MutableMapping
 
+import mmh3
 import numpy as np
 
 from .detectors.base import Match
@@ -63,7 +70,13 @@ INLINE_ENTRIES = 32
 REF_FROM = 48
 _HEAD = struct.Struct(">qHH")  # ts, id length, inline payload length
 _SMALLEST = INLINE_ENTRIES * _HEAD.size  # bytes of INLINE_ENTRIES entries at the least (their heads)
-_BUCKET_KEY = struct.Struct(">cBQ")  # b"B" | det(1) | key(8)
+_BUCKET_KEY = struct.Struct(">cBQ")  # b"L" | det(1) | key(8)
+BUCKET = b"L"  # labelled buckets; buckets of earlier versions ("B", no labels) are not read
+LABEL = 8  # bytes of an entry's label, before its payload
+# buckets a probe must share with an entry past its earliest match for a verify (a bridge); why not
+# every entry: bridges are rare, and the entries of other clusters in a probe's buckets are mostly
+# texts that share one common phrase with it
+BRIDGE_KEYS = 2
 Verify = Callable[[bytes, bytes], Match | None]
 Entry = tuple[int, str, bytes]  # ts, id, inline payload (b"" when stored under P)
 
@@ -73,6 +86,11 @@ _TWIN_FROM = 1024  # bytes of a bucket from which an insert looks for one of the
 _BUCKET_HEAD = struct.Struct(">cII")  # _MAGIC, entries, offset of the last entry after this header
 _HEAD_AND_FIRST_TS = struct.Struct(">cIIq")  # the header and the first entry's ts
 _TS_IL = struct.Struct(">qH")  # an entry's ts and id length
+
+
+def label_of(ident: str) -> bytes:
+    """The label of a document that matched nothing earlier in its buckets: its id's hash."""
+    return struct.pack(">Q", mmh3.hash64(ident.encode("utf-8", "surrogatepass"), signed=False)[0])
 
 
 def pack_entry(entry: Entry) -> bytes:
@@ -383,6 +401,176 @@ class ProbeResult:
     # bucket with ``earliest``, within the window of it, and match it (see ``BucketIndex.covered``)
     covered: AbstractSet[tuple[int, str]] = frozenset()  # shared and empty unless a probe finds some
     candidates: int = 0
+    # earlier matches of other clusters than ``earliest``'s (labels met first), earliest first
+    bridges: list[Found] = field(default_factory=list)
+    label: bytes = b""  # the probing document's label: its earliest match's, else its own
+
+
+class _Walk:
+    """One probe's walk over its buckets (``BucketIndex._probe``): what it has verified and matched."""
+
+    def __init__(self, index: "BucketIndex", det: int, ident: str, ts: int, payload: bytes, verify: Verify):
+        self.index, self.det, self.ident, self.ts, self.payload, self.verify = index, det, ident, ts, payload, verify
+        self.me = (ts, ident)
+        self.lo, self.hi = ts - index.window, ts + index.window
+        self.res = ProbeResult()
+        self.best: tuple[int, str] | None = None  # res.earliest's (ts, id)
+        self.mine: bytes | None = None  # its payload
+        self.seen: dict[tuple[int, str], Match | None] = {}
+        self.matched: dict[tuple[int, str], tuple[Found, bytes]] = {}  # earlier matches, with their labels
+        self.met: set[bytes] = set()  # their labels, and those tried past the earliest match
+        # the payloads of later matches, and for each bucket that holds both the best match met so
+        # far and later matches, those (see ``covered``)
+        self.kept: dict[tuple[int, str], bytes | None] = {}
+        self.shared: list[tuple[tuple[int, str] | None, list[tuple[int, str]]]] = []
+        self.refs = index._refs.get(det, {})
+        # the entries past the earliest match met so far whose label is not met: verified at the
+        # end, those in BRIDGE_KEYS buckets or more (label, inline payload, buckets)
+        self.past: dict[tuple[int, str], list] = {}
+        self.deferred: list[tuple[int, str]] = []  # those of the bucket being walked
+
+    def twin(self, deferred: list[tuple[int, str]]) -> None:
+        """A bucket of the same bytes as one walked: its entries past the earliest match count again."""
+        for cand in deferred:
+            got = self.past.get(cand)
+            if got is not None:
+                got[2] += 1
+
+    def _past(self, cand: tuple[int, str], label: bytes, inline: bytes) -> None:
+        """An entry past the earliest match, of a label not met: a bridge, if it matches."""
+        got = self.past.get(cand)
+        if got is None:
+            self.past[cand] = [label, inline, 1]
+        else:
+            got[2] += 1
+        self.deferred.append(cand)
+
+    def _earlier(self, cand: tuple[int, str], m: Match, other: bytes | None, label: bytes) -> bool:
+        """An earlier match; whether it is the earliest so far."""
+        found = Found(cand[0], cand[1], m)
+        self.matched[cand] = (found, label)
+        self.met.add(label)
+        if self.best is None or cand < self.best:
+            self.res.earliest, self.best, self.mine = found, cand, other
+            return True
+        return False
+
+    def earlier_only(self, raw: bytes) -> None:
+        """A bucket with a header whose entries are all earlier than the document: from the earliest
+        up to the first match, then only the entries of labels not met (no id decoded for the rest)."""
+        unpack, hs, met, seen, ident = _HEAD.unpack_from, _HEAD.size, self.met, self.seen, self.ident
+        pos, end, lo, best = _BUCKET_HEAD.size, len(raw), self.lo, self.best
+        while pos < end:
+            cts, il, pl = unpack(raw, pos)
+            pos += hs + il + pl
+            if cts < lo:
+                continue
+            at = pos - pl  # the entry's label, then its inline payload
+            label = raw[at:at + LABEL]
+            if best is not None and cts > best[0] and label in met:
+                continue
+            cand = (cts, raw[at - il:at].decode("utf-8", "surrogatepass"))
+            if cand[1] == ident or cand in seen:
+                continue
+            if best is not None and cand > best:
+                if label not in met:
+                    self._past(cand, label, raw[at + LABEL:pos])
+                continue
+            other = raw[at + LABEL:pos] or self.refs.get(cand[1]) or self.index._payload(self.det, cand[1])
+            m = seen[cand] = self.verify(self.payload, other) if other else None
+            self.res.candidates += 1
+            if m is not None:
+                self._earlier(cand, m, other, label)
+                best = self.best
+
+    def bucket(self, raw: bytes, late: bool, want_spot: bool) -> int | None:
+        """Any other bucket: entries after this document too (it arrived late, or shares its
+        millisecond with a burst), or no header. A walk over the entries' heads, decoding an id
+        only where its entry is looked at; later entries are late matches. Returns where this
+        document's entry goes (a bucket with a header, ``late`` and ``want_spot``), else None."""
+        unpack, hs = _HEAD.unpack_from, _HEAD.size
+        pos, end = _start(raw), len(raw)
+        anchored = False  # best met in this bucket
+        here: list[tuple[int, str]] = []  # the later matches met in it
+        spot = -1 if pos and late and want_spot else None
+        while pos < end:
+            at = pos
+            cts, il, pl = unpack(raw, at)
+            pos = at + hs + il + pl
+            if cts < self.lo:
+                continue
+            if cts > self.hi:
+                if spot == -1:
+                    spot = at
+                break
+            cid = raw[pos - il - pl:pos - pl].decode("utf-8", "surrogatepass")
+            if cid == self.ident:
+                spot = None  # its own entry (a replay): the insert looks for it anyway
+                continue
+            cand, body = (cts, cid), pos - pl  # the entry's label, then its inline payload
+            label = raw[body:body + LABEL]
+            earlier = cand < self.me
+            if spot == -1 and not earlier:
+                spot = at
+            if not earlier and not late:
+                break
+            if earlier and self.best is not None and cand >= self.best:
+                anchored = anchored or cand == self.best
+                if cand not in self.seen and label not in self.met:
+                    self._past(cand, label, raw[body + LABEL:pos])
+                continue
+            if cand in self.seen:  # met in an earlier bucket: a match there is best or in later already
+                if not earlier and self.seen[cand] is not None:
+                    here.append(cand)
+                continue
+            other = raw[body + LABEL:pos] or self.refs.get(cid) or self.index._payload(self.det, cid)
+            m = self.seen[cand] = self.verify(self.payload, other) if other else None
+            self.res.candidates += 1
+            if m is None:
+                continue
+            if earlier:
+                anchored = self._earlier(cand, m, other, label) or anchored
+            else:
+                self.res.later.append(Found(cts, cid, m))
+                self.kept[cand] = other
+                here.append(cand)
+        if here and anchored:
+            self.shared.append((self.best, here))
+        return end if spot == -1 else spot
+
+    def _bridges(self) -> None:
+        """Verify the entries past the earliest match met in BRIDGE_KEYS buckets or more, earliest
+        first, one a label: a miss stands for its cluster."""
+        for cand in sorted(self.past):
+            label, inline, n = self.past[cand]
+            if n < BRIDGE_KEYS or label in self.met or cand in self.seen:
+                continue
+            other = inline or self.refs.get(cand[1]) or self.index._payload(self.det, cand[1])
+            m = self.seen[cand] = self.verify(self.payload, other) if other else None
+            self.res.candidates += 1
+            if m is None:
+                self.met.add(label)
+            else:
+                self._earlier(cand, m, other, label)
+
+    def result(self, window: int) -> ProbeResult:
+        if self.past:
+            self._bridges()
+        res, best = self.res, self.best
+        if self.shared and best is not None:
+            later = [y for b, ys in self.shared if b == best for y in ys]
+            res.covered = BucketIndex.covered(window, best, self.mine, self.kept, later, self.verify)
+        res.later.sort(key=lambda f: f.order)
+        res.label = self.matched[best][1] if best is not None else label_of(self.ident)
+        if len(self.matched) < 2:
+            return res
+        bridges: dict[bytes, Found] = {}  # one per label, the earliest; none of the earliest match's
+        for cand in sorted(self.matched):
+            found, label = self.matched[cand]
+            if cand != best and label != res.label:
+                bridges.setdefault(label, found)
+        res.bridges = list(bridges.values())
+        return res
 
 
 class BucketIndex:
@@ -406,7 +594,7 @@ class BucketIndex:
 
     @staticmethod
     def bucket_key(det: int, key: int) -> bytes:
-        return _BUCKET_KEY.pack(b"B", det, key)
+        return _BUCKET_KEY.pack(BUCKET, det, key)
 
     @staticmethod
     def payload_key(det: int, ident: str) -> bytes:
@@ -447,7 +635,7 @@ class BucketIndex:
         raws = self.read(det, keys)
         spots: dict[bytes, int] = {}
         res = self._probe(raws, det, ident, ts, payload, verify, late, spots)
-        self._insert(raws, det, ident, ts, payload, new_id, spots)
+        self._insert(raws, det, ident, ts, payload, res.label, new_id, spots)
         return res
 
     def _probe(self, raws: dict[bytes, bytes | None], det: int, ident: str, ts: int, payload: bytes,
@@ -455,48 +643,14 @@ class BucketIndex:
         """``spots``: filled with the byte offset where this document's entry goes in each bucket with
         a header that the walk for late matches reads whole (for ``merge_entry``'s ``at``), so that
         the insert does not walk a long bucket a second time (``_insert_at``)."""
-        me = (ts, ident)
-        lo, hi = ts - self.window, ts + self.window
-        res = ProbeResult()
-        best: tuple[int, str] | None = None  # res.earliest's (ts, id)
-        mine: bytes | None = None  # its payload
-        seen: dict[tuple[int, str], Match | None] = {}
-        # the payloads of later matches, and for each bucket that holds both the best match met so
-        # far and later matches, those (see ``covered``)
-        kept: dict[tuple[int, str], bytes | None] = {}
-        shared: list[tuple[tuple[int, str] | None, list[tuple[int, str]]]] = []
-        refs = self._refs.get(det, {})
-        unpack, hs = _HEAD.unpack_from, _HEAD.size
-        walked: dict[tuple[int, bytes], tuple[bytes, int | None]] = {}  # twin_key -> bucket, its spot
+        if not any(raws.values()):  # new keys (most of a stream of distinct texts)
+            return ProbeResult(label=label_of(ident))
+        walk = _Walk(self, det, ident, ts, payload, verify)
+        # twin_key -> bucket, its spot, the entries deferred in it (``_Walk.past``)
+        walked: dict[tuple[int, bytes], tuple[bytes, int | None, list[tuple[int, str]]]] = {}
         for bk, raw in raws.items():
             if not raw:
                 continue
-            if raw[:1] == _MAGIC and all_before(raw, me):
-                # every entry is earlier than this document (a stream in time order): decode them
-                # from the earliest up to the first match, the rest of the bucket not at all
-                pos, end = _BUCKET_HEAD.size, len(raw)
-                while pos < end:
-                    cts, il, pl = unpack(raw, pos)
-                    pos += hs + il + pl
-                    if cts < lo:
-                        continue
-                    cid = raw[pos - il - pl:pos - pl].decode("utf-8", "surrogatepass")
-                    cand = (cts, cid)
-                    if cid == ident:
-                        continue
-                    if best is not None and cand >= best:
-                        break
-                    if cand in seen:  # a miss in an earlier bucket (a match met there is ``best`` or after)
-                        continue
-                    other = raw[pos - pl:pos] or refs.get(cid) or self._payload(det, cid)
-                    m = seen[cand] = verify(payload, other) if other else None
-                    res.candidates += 1
-                    if m is not None:
-                        res.earliest, best, mine = Found(cts, cid, m), cand, other
-                        break
-                continue
-            # entries after this document too (it arrived late, or shares its millisecond with a
-            # burst), or a bucket with no header.
             # A bucket of the same bytes as one walked so far (a campaign's copies share most of
             # their buckets) would verify nothing new and could not find a better match, so only
             # its spot is taken.
@@ -505,74 +659,21 @@ class BucketIndex:
             if twin is not None and twin[0] == raw:
                 if twin[1] is not None and spots is not None:
                     spots[bk] = twin[1]
+                walk.twin(twin[2])
                 continue
-            # Otherwise a walk over the entries' heads, decoding an id only where its entry is
-            # looked at, and past the earliest match only the entries after this document, for
-            # late matches.
-            pos, end, past = _start(raw), len(raw), False
-            anchored = False  # best met in this bucket
-            here: list[tuple[int, str]] = []  # the later matches met in it
-            spot = -1 if pos and late and spots is not None else None  # where this document goes
-            while pos < end:
-                at = pos
-                cts, il, pl = unpack(raw, at)
-                pos = at + hs + il + pl
-                if cts < lo or (past and cts < ts):
-                    continue
-                if cts > hi:
-                    if spot == -1:
-                        spot = at
-                    break
-                cid = raw[pos - il - pl:pos - pl].decode("utf-8", "surrogatepass")
-                if cid == ident:
-                    spot = None  # its own entry (a replay): the insert looks for it anyway
-                    continue
-                cand = (cts, cid)
-                earlier = cand < me
-                if spot == -1 and not earlier:
-                    spot = at
-                if earlier and best is not None and cand >= best:
-                    if not late:
-                        break
-                    anchored = anchored or cand == best
-                    past = True  # no entry from here up to this document can beat what was found
-                    while pos < end:  # those before its ts: their heads only, in a loop of its own
-                        cts, il, pl = unpack(raw, pos)
-                        if cts >= ts:
-                            break
-                        pos += hs + il + pl
-                    continue
-                if not earlier and not late:
-                    break
-                if cand in seen:  # met in an earlier bucket: a match there is best or in later already
-                    if not earlier and seen[cand] is not None:
-                        here.append(cand)
-                    continue
-                other = raw[pos - pl:pos] or refs.get(cid) or self._payload(det, cid)
-                m = seen[cand] = verify(payload, other) if other else None
-                res.candidates += 1
-                if m is None:
-                    continue
-                if earlier:
-                    res.earliest, best, mine, anchored = Found(cts, cid, m), cand, other, True
-                else:
-                    res.later.append(Found(cts, cid, m))
-                    kept[cand] = other
-                    here.append(cand)
-            if here and anchored:
-                shared.append((best, here))
-            if spot == -1:
-                spot = end
+            walk.deferred = []
+            if raw[:1] == _MAGIC and all_before(raw, walk.me):
+                walk.earlier_only(raw)  # a stream in time order: every entry is earlier
+                walked[sig] = (raw, None, walk.deferred)
+                continue
+            spot = walk.bucket(raw, late, spots is not None)
             if spot is not None and spots is not None:
                 spots[bk] = spot
-            walked[sig] = (raw, spot)
-        if shared and best is not None:
-            later = [y for b, ys in shared if b == best for y in ys]
-            res.covered = self.covered(best, mine, kept, later, verify)
-        res.later.sort(key=lambda f: f.order)
-        return res
+            walked[sig] = (raw, spot, walk.deferred)
+        return walk.result(self.window)
 
-    def covered(self, earliest: tuple[int, str], mine: bytes | None,
+    @staticmethod
+    def covered(window: int, earliest: tuple[int, str], mine: bytes | None,
                 payloads: dict[tuple[int, str], bytes | None], later: list[tuple[int, str]],
                 verify: Verify) -> set[tuple[int, str]]:
         """The ``later`` matches (each in a bucket that holds ``earliest``, whose payload is ``mine``;
@@ -590,14 +691,17 @@ class BucketIndex:
         Why: a copy that arrives after later copies of the same message (the workers' prepare
         batches interleave on the index partitions) offered itself to each of them, an ``offer``
         message and a decide step each, though each already named the campaign's first copy."""
-        return {y for y in set(later) if y[0] - earliest[0] <= self.window
+        return {y for y in set(later) if y[0] - earliest[0] <= window
                 and mine and (other := payloads[y]) and verify(other, mine) is not None}
 
-    def insert(self, det: int, ident: str, ts: int, payload: bytes, keys: Iterable[int]) -> None:
-        self._insert(self.read(det, keys), det, ident, ts, payload)
+    def insert(self, det: int, ident: str, ts: int, payload: bytes, keys: Iterable[int],
+               label: bytes | None = None) -> None:
+        """Index a document under ``label`` (``ProbeResult.label``; by default its own)."""
+        self._insert(self.read(det, keys), det, ident, ts, payload, label or label_of(ident))
 
     def _insert(self, raws: dict[bytes, bytes | None], det: int, ident: str, ts: int, payload: bytes,
-                new_id: bool = False, spots: dict[bytes, int] | None = None) -> None:
+                label: bytes, new_id: bool = False, spots: dict[bytes, int] | None = None) -> None:
+        """Merge the document's entry, under ``label`` (``ProbeResult.label``), into each bucket."""
         if self.watermark is None or ts > self.watermark:
             self.watermark = ts
         cutoff = self.watermark - self.window
@@ -611,7 +715,7 @@ class BucketIndex:
         if not inline or by_ref:  # before the entries that refer to it
             self.data[self.payload_key(det, ident)] = payload
             self._refs.get(det, {}).pop(ident, None)  # a revision's payload replaces its earlier one
-        me, ref = (ts, ident, inline), (ts, ident, b"")
+        me, ref = (ts, ident, label + inline), (ts, ident, label)
         packed, packed_ref = pack_entry(me), pack_entry(ref) if by_ref else b""
         # long buckets merged so far, by their bytes: a bucket of the same bytes (a campaign's, see
         # ``_probe``) takes the same entry at the same spot, so it merges to the same bytes
@@ -671,7 +775,7 @@ class BucketIndex:
 
         def refer(key: bytes, entries: list[Entry]) -> None:
             det = key[1]
-            live.update([ref_hash(det, e[1]) for e in entries if not e[2]])  # not inline: stored under P
+            live.update([ref_hash(det, e[1]) for e in entries if len(e[2]) <= LABEL])  # not inline: under P
 
         writes, dropped = prune_items(buckets(), before_ts, refer, sink)
         settle()

@@ -194,6 +194,10 @@ class IndexStage:
                               self.priority[code])
                 if best is None or c.rank() < best.rank():
                     best = c
+            for f in res.bridges:  # earlier matches in other clusters: this document joins them
+                msgs.append(ToDecide("offer", probe.id, probe.ts, Candidate(f.ts, f.id, "near", det.name,
+                                                                         round(f.match.similarity, 4), f.match.distance,
+                                                                         self.priority[code])))
             for f in res.later:
                 if f.order in res.covered:  # its verdict names an earlier document than this one
                     continue
@@ -312,7 +316,28 @@ class DecideStage:
         if st.ts is None and msg.ts is not None:
             st.ts = msg.ts
         before = st.emitted[2] if st.emitted else None  # duplicate_of of the last verdict emitted
-        parent, reported = self._heads(st)
+        was = (st.answered_all, st.reach() if st.answered_all else None)
+        new = self._take_in(st, msg, answers)
+        v = st.step()
+        if v is not None and v.revision == 0 and st.seen is not None:
+            self.first_seen, st.seen = st.seen, None  # measured once, then no longer stored
+        if v is not None and v.duplicate_of != before:
+            if before is not None:
+                self.outbox.append(ToDecide("leave", before, None, member=[st.id, st.ts, st.rank]))
+            if v.duplicate_of is not None:
+                self.outbox.append(ToDecide("join", v.duplicate_of, None, member=[st.id, st.ts, st.rank]))
+        self._spread(st, msg, was, new)
+        if clustered is not None:
+            now_cluster = st.cluster()
+            if now_cluster != clustered:
+                self._clustered = st
+        self._store(msg.id, st)
+        self.last = st
+        return v
+
+    def _take_in(self, st: DocState, msg: ToDecide, answers: Sequence[ToDecide]) -> list[Candidate]:
+        """Apply what a message (and the answers with it) says to the state; returns the matches it
+        brought that the document had not recorded (``DocState.link``)."""
         if msg.kind == "expect":
             st.expected = msg.expected
             if msg.rank is not None:
@@ -323,82 +348,79 @@ class DecideStage:
                 st.seen = msg.seen
             if msg.note is not None:
                 st.note = msg.note
-            st.offer(msg.cand)
         elif msg.kind == "answer":
             assert msg.part is not None
             st.answered.add(msg.part)
-            st.offer(msg.cand)
-        elif msg.kind == "offer":
-            st.offer(msg.cand)
         elif msg.kind in ("link", "unlink", "root"):
-            self._tree(st, msg, reported)
-        else:
+            self._tree(st, msg)
+        elif msg.kind != "offer":
             raise ValueError(f"unknown decide message {msg.kind!r}")
+        cands = [msg.cand]
         for a in answers:
             if a.kind != "answer" or a.id != msg.id or a.part is None:
                 raise ValueError(f"not an answer for {msg.id!r}: {a!r}")
             st.answered.add(a.part)
-            st.offer(a.cand)
-        links = []
-        match, now = self._heads(st)  # what it reports (``step`` changes neither)
-        if match != parent:  # its match changed: ask the new one for the cluster's original
-            st.root = None
-            _, now = self._heads(st)
-            if parent is not None:
-                links.append(ToDecide("unlink", parent, None, member=[st.id]))
-            if match is not None:
-                links.append(ToDecide("link", match, None, member=[st.id]))
-        v = st.step()
-        if v is not None and v.revision == 0 and st.seen is not None:
-            self.first_seen, st.seen = st.seen, None  # measured once, then no longer stored
-        if v is not None and v.duplicate_of != before:
-            if before is not None:
-                self.outbox.append(ToDecide("leave", before, None, member=[st.id, st.ts, st.rank]))
-            if v.duplicate_of is not None:
-                self.outbox.append(ToDecide("join", v.duplicate_of, None, member=[st.id, st.ts, st.rank]))
-        # after the joins: the answer to a link can move this document on, and its leave must find
-        # the join it undoes (both go to the same document, in this order)
-        self.outbox.extend(links)
-        if now is not None and now != reported:  # the documents that matched this one follow it
-            self.outbox.extend(ToDecide("root", child, None, member=[*now, st.id]) for child in st.children)
-        if clustered is not None:
-            now_cluster = st.cluster()
-            if now_cluster != clustered:
-                self._clustered = st
-        self._store(msg.id, st)
-        self.last = st
-        return v
+            cands.append(a.cand)
+        new = []
+        for c in cands:
+            if c is not None and c.id != st.id:
+                st.offer(c)
+                if st.link(c):
+                    new.append(c)
+        return new
+
+    def _spread(self, st: DocState, msg: ToDecide, was: tuple[bool, list | None], new: list[Candidate]) -> None:
+        """Whole clusters: tell the new matches of ``st`` that it is their neighbour, and every
+        other neighbour its cluster's original when that changed (``DocState.reach``). Each
+        document takes the earliest original any neighbour tells it and tells the others in turn;
+        matches never go away, so every document of a cluster (documents joined by matches)
+        settles on its earliest, whatever order the messages come in. A document says nothing
+        until its answers are in, then tells all of them at once (``was``: whether they were in
+        before this message, and what it knew then). These go after the joins: the answer to a
+        link can move this document on, and its leave must find the join it undoes (both go to
+        the same document, in this order)."""
+        if not st.answered_all or (not st.links and not st.children) or (now := st.reach()) is None:
+            return  # (no neighbour to tell: no link nor root message came, or it would have one)
+        complete, reach = was
+        linked = [c.id for c in new] if complete else [link[1] for link in st.links]
+        told = set(linked)
+        self.outbox.extend(ToDecide("link", ident, None, member=[st.id, *now]) for ident in linked)
+        heard = self._heard(msg) if msg.member else None
+        if heard is not None:
+            sender, said = heard
+            if said is not None and now < said:  # the sender knows a later original: answer it
+                self.outbox.append(ToDecide("root", sender, None, member=[*now, st.id]))
+            told.add(sender)
+        if reach is not None and now >= reach:
+            return
+        for other in [link[1] for link in st.links] + st.children:
+            if other not in told:
+                told.add(other)
+                self.outbox.append(ToDecide("root", other, None, member=[*now, st.id]))
 
     @staticmethod
-    def _heads(st: DocState) -> tuple[str | None, list | None]:
-        """(the document this one matched, i.e. its earliest match; the cluster original it reports to
-        the documents that matched it: itself when unique, its own original when a duplicate), each
-        None while not every answer is in, or (the original) while its match has not reported one."""
-        if not st.answered_all:
-            return None, None
-        best = st.best
-        return (None, [st.ts, st.id]) if best is None else (best.id, st.root)
+    def _heard(msg: ToDecide) -> tuple[str, list | None] | None:
+        """(the neighbour, the original it told) of a ``link`` (member [id, ts, id of its original])
+        or ``root`` (member [ts, id of the original, sender]); None for the other messages. A link
+        of an earlier version ([id]) tells no original."""
+        if msg.kind == "link" and msg.member:
+            return msg.member[0], list(msg.member[1:3]) if len(msg.member) >= 3 else None
+        if msg.kind == "root" and msg.member:
+            return msg.member[2], list(msg.member[:2])
+        return None
 
-    def _tree(self, st: DocState, msg: ToDecide, reported: list | None) -> None:
-        """Whole clusters: a duplicate names its cluster's original, the root of the chain of earliest
-        matches (A <- B <- C: C names A although it does not match A). A document links to its
-        match, which answers with the original it reports and tells its linked documents again
-        whenever that changes (``reported``). Every match is earlier than the document, so the chains
-        end, and the originals they settle on depend only on the set of documents."""
-        assert msg.member is not None
-        if msg.kind == "link":
-            child = msg.member[0]
-            if child not in st.children and len(st.children) < MAX_CHILDREN:
-                st.children.append(child)
-            if reported is not None:
-                self.outbox.append(ToDecide("root", child, None, member=[*reported, st.id]))
-        elif msg.kind == "unlink":
-            if msg.member[0] in st.children:
-                st.children.remove(msg.member[0])
-        else:  # root: [ts, id] of the original, and who reports it
-            rts, rid, sender = msg.member
-            if self._heads(st)[0] == sender and st.ts is not None and (rts, rid) < (st.ts, st.id):
-                st.root = [rts, rid]
+    def _tree(self, st: DocState, msg: ToDecide) -> None:
+        """A neighbour's word: a document that matched this one links to it; any neighbour tells the
+        original it knows, and the earliest told is kept (``DocState.root``). An ``unlink`` (an
+        earlier version's, after a document's match changed) changes nothing: the match holds."""
+        heard = self._heard(msg)
+        if heard is None:
+            return
+        sender, said = heard
+        if msg.kind == "link" and sender not in st.children and len(st.children) < MAX_CHILDREN:
+            st.children.append(sender)
+        if said is not None and (st.root is None or said < st.root):
+            st.root = said
 
     def _membership(self, st: DocState, msg: ToDecide) -> None:
         assert msg.member is not None

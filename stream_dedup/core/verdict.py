@@ -87,13 +87,14 @@ class DocState:
     members: dict[str, list] = field(default_factory=dict)  # duplicate id -> [ts, rank] (see Cluster)
     extra: int = 0  # members beyond MAX_MEMBERS, counted only
     snippet: str = ""  # start of the text, for cluster records
-    # Whole clusters: ``root`` is [ts, id] of the cluster's original as this document's match (its
-    # parent) last reported it; ``children`` the documents whose match this one is, told when the
-    # original it reports changes (see ``DecideStage``).
+    # Whole clusters (see ``DecideStage._spread``): ``root`` is [ts, id] of the earliest cluster
+    # original a neighbour told; ``children`` the documents that matched this one, ``links`` [ts, id]
+    # of those it matched: the neighbours told when the original it knows changes.
     root: list | None = None
     children: list[str] = field(default_factory=list)
     seen: int | None = None  # the page record's timestamp (workers), until its first verdict is out
     note: str | None = None  # judged unique without a comparison, and why (``Verdict.note``)
+    links: list[list] = field(default_factory=list)
     # What ``cluster`` needs of ``members``, kept up to date by ``join`` and ``leave`` and rebuilt
     # when None (a state read back from the store, or a leave of one of them); never stored. Why:
     # recomputed per call, a campaign's original (up to MAX_MEMBERS members, every copy a join)
@@ -109,10 +110,30 @@ class DocState:
 
     @property
     def complete(self) -> bool:
-        """Ready for a verdict: every answer is in. A duplicate names its match until that has reported
-        its cluster's original (``root``), then the original (a revision when they differ): a
-        verdict never waits on another document's."""
+        """Ready for a verdict: every answer is in. A duplicate names the earliest original it knows of
+        (``reach``), a revision when it learns of an earlier one: a verdict never waits on another
+        document's."""
         return self.answered_all
+
+    def link(self, cand: Candidate) -> bool:
+        """Record a match (earlier or later: a document joins clusters through any of them); whether
+        it is new. Up to MAX_LINKS."""
+        there = [cand.ts, cand.id]
+        if there in self.links or len(self.links) >= MAX_LINKS:
+            return False
+        self.links.append(there)
+        return True
+
+    def reach(self) -> list | None:
+        """[ts, id] of the earliest document known to be in this one's cluster: itself, its matches,
+        the originals its neighbours told (None before any is known)."""
+        r = self.root
+        for link in self.links:
+            if r is None or link < r:
+                r = link
+        if self.ts is not None and (r is None or r[0] > self.ts or (r[0] == self.ts and r[1] >= self.id)):
+            return [self.ts, self.id]
+        return r
 
     @property
     def best(self) -> Candidate | None:
@@ -133,10 +154,13 @@ class DocState:
     def _key(self) -> tuple:
         """What ``Verdict.key`` of the verdict now would be, without building it."""
         best = self.best
-        if best is None:
+        reach = self.reach()
+        original = reach[1] if reach is not None else self.id
+        if best is None and original == self.id:
             k = ("unique", None, None, None, None, None, None)
             return k + (self.note,) if self.note is not None else k  # a note rides unique verdicts only
-        original = self.root[1] if self.root is not None else best.id
+        if best is None:  # the first of its cluster's copies, whose later copies joined an earlier cluster
+            return ("duplicate", "near", original, None, None, None, None)
         return ("duplicate", best.match, original, best.detector, best.similarity, best.distance,
                 best.id if original != best.id else None)
 
@@ -220,6 +244,8 @@ class DocState:
             d["seen"] = self.seen
         if self.note is not None:
             d["note"] = self.note
+        if self.links:
+            d["links"] = self.links
         return d
 
     def to_wire(self) -> list:
@@ -227,14 +253,14 @@ class DocState:
         return [self.id, self.ts, self.expected, sorted(self.answered), self.exact.to_list() if self.exact else None,
                 self.near.to_list() if self.near else None, self.revision,
                 list(self.emitted) if self.emitted else None, self.rank, self.members or None, self.extra,
-                self.snippet, self.root, self.children or None, self.seen, self.note]
+                self.snippet, self.root, self.children or None, self.seen, self.note, self.links or None]
 
     @classmethod
     def from_wire(cls, v: list) -> "DocState":
         return cls(v[0], v[1], v[2], set(v[3]), Candidate.from_list(v[4]) if v[4] else None,
                    Candidate.from_list(v[5]) if v[5] else None, v[6], tuple(v[7]) if v[7] else None, v[8],
                    v[9] or {}, v[10], v[11], v[12], v[13] or [], v[14] if len(v) > 14 else None,
-                   v[15] if len(v) > 15 else None)
+                   v[15] if len(v) > 15 else None, (v[16] or []) if len(v) > 16 else [])
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "DocState":
@@ -243,10 +269,11 @@ class DocState:
                    Candidate.from_list(d["near"]) if d["near"] else None, d["revision"],
                    tuple(d["emitted"]) if d["emitted"] else None, d.get("rank"), d.get("members", {}),
                    d.get("extra", 0), d.get("snippet", ""), d.get("root"), d.get("children", []), d.get("seen"),
-                   d.get("note"))
+                   d.get("note"), d.get("links", []))
 
 
 MAX_MEMBERS = 256
+MAX_LINKS = 64  # matches a document records (its neighbours in its cluster)
 SAMPLE = 10  # members a cluster record names
 
 

@@ -232,12 +232,14 @@ class ToDecide(_Wire):
     kind "expect": the exact stage's word (``expected`` probe answers, ``cand`` an exact original);
     it may arrive before or after the answers it counts;
     kind "answer": one probe's earliest near match (``part`` names the probe's partition);
-    kind "offer": a late match or an exact revision for an already-seen document;
+    kind "offer": a late match, an exact revision for an already-seen document, or a bridge (an
+    earlier match of another cluster than the document's earliest match's);
     kind "join"/"leave" (decide -> decide): ``member`` = [id, ts, rank] now names / no longer names
     this document as its original (cluster sizes);
-    kind "link"/"unlink" (decide -> decide): ``member`` = [id] now has / no longer has this document
-    as its earliest match; kind "root": ``member`` = [ts, id, sender], the cluster original that this
-    document's match ``sender`` reports (``DecideStage._tree``).
+    kind "link" (decide -> decide): ``member`` = [id, ts, id of its cluster's earliest known member]
+    matched this document; kind "root": ``member`` = [ts, id, sender], the earliest cluster member
+    that the neighbour ``sender`` knows of (``DecideStage._spread``). An "unlink" of an earlier
+    version changes nothing.
     ``seen`` (kind "expect", workers only): the page record's timestamp, for the verdict latency.
     """
 

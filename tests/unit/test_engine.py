@@ -322,7 +322,7 @@ def buckets(items: dict) -> list[list]:
     """The decoded entries of each bucket among an index store's keys and values."""
     from stream_dedup.core.index import unpack_entries
 
-    return [unpack_entries(b) for k, b in items.items() if k[:1] == b"B"]
+    return [unpack_entries(b) for k, b in items.items() if k[:1] == b"L"]
 
 
 def test_an_insert_skips_looking_for_its_id_only_where_every_indexed_id_is_known(tmp_path):

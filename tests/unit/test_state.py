@@ -5,7 +5,7 @@ import pytest
 
 from stream_dedup.core.detectors.base import Match
 from stream_dedup.core.exact import ExactStore
-from stream_dedup.core.index import INLINE_MAX, BucketIndex, pack_entries, unpack_entries
+from stream_dedup.core.index import INLINE_MAX, LABEL, BucketIndex, pack_entries, unpack_entries
 from stream_dedup.core.store import KVStore
 
 W = 1_000_000
@@ -153,7 +153,7 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
 
         def get(self, key, default=None):
             v = super().get(key, default)
-            if isinstance(v, bytes) and v[:1] == b"\x80" and key[:1] in b"BX":
+            if isinstance(v, bytes) and v[:1] == b"\x80" and key[:1] in b"LX":
                 return b"".join(index_mod.pack_entry(e) for e in unpack_entries(v))
             return v
 
@@ -166,7 +166,7 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
             buckets.append({(cts, cid) for cts, cid, _ in unpack_entries(raw)} if raw else set())
             for cts, cid, inline in unpack_entries(raw) if raw else []:
                 if cid != ident and abs(cts - ts) <= 1_500:
-                    cands[(cts, cid)] = inline or data.get(BucketIndex.payload_key(1, cid))
+                    cands[(cts, cid)] = inline[LABEL:] or data.get(BucketIndex.payload_key(1, cid))
         matched = sorted(c for c, other in cands.items() if other and same(payload, other))
         earlier = [c for c in matched if c < (ts, ident)]
         later = [c for c in matched if c > (ts, ident)]
@@ -201,7 +201,7 @@ def test_the_shortcuts_for_a_stream_in_time_order_answer_and_store_what_decoding
                             r.covered, r.candidates, o.first, o.original, o.revise))
             if with_shortcuts and not legacy:
                 shortcuts.append(sum(v[:1] == b"\x80" for v in idx.data.values()))
-        contents = {k: unpack_entries(v) if k[:1] in b"BX" else v for k, v in {**idx.data, **ex.data}.items()}
+        contents = {k: unpack_entries(v) if k[:1] in b"LX" else v for k, v in {**idx.data, **ex.data}.items()}
         return answers, {**idx.data, **ex.data}, contents
 
     fast, fast_bytes, fast_contents = run()
@@ -228,12 +228,13 @@ def test_index_finds_the_earliest_match_and_late_matches(tmp_path):
     assert idx.probe(1, "z", 10, b"P", (9,), same).earliest is None
 
 
-def test_a_long_bucket_is_not_walked_past_the_earliest_match_yet_late_matches_are_found():
-    """A campaign's bucket: once the earliest match is known, the entries up to the probing document
-    are skipped (not verified), and those after it are still verified for late matches."""
+def test_a_long_bucket_is_not_verified_past_the_earliest_match_yet_late_matches_are_found():
+    """A campaign's bucket: once the earliest match is known, the entries of its cluster up to the
+    probing document are skipped (not verified), and those after it are still verified for late
+    matches."""
     idx = BucketIndex({}, window=W)
-    for i in range(300):  # payload P verifies, Q does not
-        idx.insert(1, f"e{i:03d}", 1000 + i, b"P" if i in (5, 40) else b"Q", (7, 8))
+    for i in range(300):  # the campaign P from e005 on, five other messages before it
+        idx.probe_insert(1, f"e{i:03d}", 1000 + i, b"P" if i >= 5 else b"Q%d" % i, (7, 8), same)
     for i in range(20):
         idx.insert(1, f"l{i:02d}", 5000 + i, b"P" if i in (3, 11) else b"Q", (8,))
     calls = []
@@ -292,7 +293,9 @@ def test_a_campaigns_buckets_of_the_same_bytes_are_walked_and_merged_once(monkey
         for idx, keys in ((six, (1, 2, 3, 4, 5, 6)), (one, (1,))):
             heads[0] = merges[0] = 0
             r = idx.probe_insert(1, ident, ts, payload, keys, same)
-            got.append((r.earliest, r.later, r.covered, r.candidates))
+            # (not the bridges: past the earliest match an entry of another label, e.g. a copy indexed
+            # before the earlier ones came, is in six buckets here, BRIDGE_KEYS or more, in one there)
+            got.append((r.earliest, r.later, r.covered))
             work[len(keys)] = (heads[0], merges[0])
         assert got[0] == got[1]
         assert all(six.data[six.bucket_key(1, k)] == one.data[one.bucket_key(1, 1)] for k in range(1, 7))
@@ -311,8 +314,8 @@ def test_index_large_payloads_are_stored_once(tmp_path):
     idx = BucketIndex(kv, window=W)
     big = bytes(i % 256 for i in range(INLINE_MAX + 8))
     idx.insert(3, "a", 1, big, (1, 2, 3))
-    assert kv.count(b"P") == 1 and kv.count(b"B") == 3
-    assert all(len(v) < 40 for k, v in kv.items() if k[:1] == b"B")
+    assert kv.count(b"P") == 1 and kv.count(b"L") == 3
+    assert all(len(v) < 40 for k, v in kv.items() if k[:1] == b"L")
     assert idx.probe(3, "b", 2, big, (2,), same).earliest.id == "a"
 
 
@@ -334,12 +337,12 @@ def test_index_a_campaigns_long_bucket_keeps_payloads_inline_only_in_its_first_e
         assert i == 0 or r.earliest.id == "c0"
     entries = unpack_entries(kv[idx.bucket_key(4, 1)])
     assert len(entries) == INLINE_ENTRIES + 20  # full: c52 on were turned away
-    assert [bool(e[2]) for e in entries] == [True] * INLINE_ENTRIES + [False] * 20
-    by_ref = {e[1] for e in entries if not e[2]}
+    assert [len(e[2]) > LABEL for e in entries] == [True] * INLINE_ENTRIES + [False] * 20
+    by_ref = {e[1] for e in entries if len(e[2]) <= LABEL}
     assert {k[2:].decode() for k in kv if k[:1] == b"P"} == by_ref  # no P for those turned away
     assert all(kv[idx.payload_key(4, e[1])] == (sms if int(e[1][1:]) % 2 == 0 else sms + b" v" + e[1][1:].encode())
-               for e in entries if not e[2])
-    assert all(e[2] for e in unpack_entries(kv[idx.bucket_key(4, 2)]))  # 7 entries: all inline
+               for e in entries if len(e[2]) <= LABEL)
+    assert all(len(e[2]) > LABEL for e in unpack_entries(kv[idx.bucket_key(4, 2)]))  # 7 entries: all inline
     assert len(kv[idx.bucket_key(4, 1)]) < INLINE_ENTRIES * (len(sms) + 30) + 20 * 30
     # a late document before them all matches entries past the first 32 through their payloads
     late = idx.probe(4, "late", 50, sms + b" v45", (1,), same)
@@ -347,10 +350,10 @@ def test_index_a_campaigns_long_bucket_keeps_payloads_inline_only_in_its_first_e
     # short payloads (SimHash's 8 bytes) gain nothing by reference: they stay in the bucket
     for i in range(INLINE_ENTRIES + 5):
         idx.insert(1, f"s{i}", 100 + i, b"x" * REF_FROM, (9,))
-    assert all(e[2] for e in unpack_entries(kv[idx.bucket_key(1, 9)]))
+    assert all(len(e[2]) > LABEL for e in unpack_entries(kv[idx.bucket_key(1, 9)]))
     # the sweep drops the payloads of the entries it drops, keeps the others
     assert idx.sweep(100 + INLINE_ENTRIES + 10) > 0
-    left = {e[1] for e in unpack_entries(kv[idx.bucket_key(4, 1)]) if not e[2]}
+    left = {e[1] for e in unpack_entries(kv[idx.bucket_key(4, 1)]) if len(e[2]) <= LABEL}
     assert left == {i for i in by_ref if int(i[1:]) >= INLINE_ENTRIES + 10} and left
     assert {k[2:].decode() for k in kv if k[:1] == b"P"} == left
 
@@ -401,7 +404,7 @@ def test_index_prunes_on_write_and_sweeps(tmp_path):
         entries = unpack_entries(kv[idx.bucket_key(1, key)])
         assert min(e[0] for e in entries) >= last_write - 500 and len(entries) < 100 // 7
     assert idx.sweep(800) > 0
-    assert all(e[0] >= 800 for k, v in kv.items() if k[:1] == b"B" for e in unpack_entries(v))
+    assert all(e[0] >= 800 for k, v in kv.items() if k[:1] == b"L" for e in unpack_entries(v))
     assert kv.count(b"P") == 20  # payloads of swept documents are gone too
     assert idx.probe(1, "q", 1000, bytes(INLINE_MAX + 100), (1000,), same).earliest is None  # d0 expired
     assert idx.probe(1, "q", 1000, bytes(INLINE_MAX + 100), (1099,), same).earliest.id == "d99"
@@ -445,8 +448,8 @@ def test_probe_insert_equals_probe_then_insert_over_rocksdb_and_a_dict(tmp_path)
         for ident, ts, payload, keys in docs:
             ra = a.probe_insert(2, ident, ts, payload, keys, same)
             rb = b.probe(2, ident, ts, payload, keys, same)
-            b.insert(2, ident, ts, payload, keys)
-            assert (ra.earliest, ra.later, ra.candidates) == (rb.earliest, rb.later, rb.candidates)
+            b.insert(2, ident, ts, payload, keys, rb.label)
+            assert (ra.earliest, ra.later, ra.candidates, ra.bridges) == (rb.earliest, rb.later, rb.candidates, rb.bridges)
             found += ra.earliest is not None
         assert dict(one_read.items()) == dict(two.items())
         assert found > 50 and any(k[:1] == b"P" for k in two)
@@ -754,3 +757,30 @@ def test_a_sweeps_deletes_read_nothing_and_write_out_like_writes(tmp_path):
     assert kv.store.count() == 0
     with pytest.raises(KeyError):  # del still says when a key is not there
         del kv["键0".encode()]
+
+
+def test_past_its_earliest_match_a_probe_verifies_one_entry_of_each_other_cluster_it_shares_buckets_with():
+    """Labels: c2 matched c when indexed, so it carries c's label; a probe that matches a first
+    then verifies c (another label, in both its buckets: a bridge) and not c2 (c's cluster is met).
+    An entry shared in fewer than BRIDGE_KEYS buckets is not verified past the earliest match."""
+    from stream_dedup.core.index import BRIDGE_KEYS
+
+    assert BRIDGE_KEYS == 2
+    idx = BucketIndex({}, window=W)
+    for ident, ts, payload, keys in [("a", 1, b"A", (1, 2)), ("c", 2, b"C", (1, 2)), ("c2", 3, b"C", (1, 2)),
+                                     ("d", 4, b"D", (3,))]:
+        idx.probe_insert(1, ident, ts, payload, keys, same)
+    calls = []
+
+    def either(p, other):  # the probing text holds A, C and D
+        calls.append(other)
+        return Match(1.0, 0) if other in (b"A", b"C", b"D") else None
+
+    r = idx.probe(1, "b", 10, b"ACD", (1, 2, 3), either)
+    assert (r.earliest.id, [f.id for f in r.bridges], calls) == ("a", ["c"], [b"A", b"C"])
+    # inserted, b takes a's label: a copy of b verifies a, then c (its label was not changed by the
+    # merge: a verify more, never a bridge missed), and neither b (a's label) nor c2 (c's)
+    idx.probe_insert(1, "b", 10, b"ACD", (1, 2, 3), either)
+    calls.clear()
+    r = idx.probe(1, "b2", 11, b"ACD", (1, 2), lambda p, o: either(p, o) or (Match(1.0, 0) if o == b"ACD" else None))
+    assert (r.earliest.id, [f.id for f in r.bridges], calls) == ("a", ["c"], [b"A", b"C"])
