@@ -15,13 +15,12 @@ partition of the current event. One value per bucket needs nothing more, and a p
 read per key. The price is a read-modify-write per key on insert, bounded by ``max_bucket``.
 
 Entries are sorted by (ts, id), so a probe verifies each bucket from its earliest entry up to the
-first match: the earliest match. Past it, only one entry of each other cluster is verified, the
-earliest of those the probe shares BRIDGE_KEYS buckets with: each entry carries a label, the label
-of its own earliest match when it was indexed (else its id's hash), so one label means one
-cluster; clusters only ever merge, so an old label costs a verify, never a wrong skip. A match of
-another label is a bridge: the probing document joins that cluster to its own (``DecideStage``).
-A spam campaign's long bucket holds one label, and the rest of it is walked without a verify.
-Entries later than the probing document are all verified: those are
+first match: the earliest match. Past it (BRIDGE_READ entries a bucket), only one entry of each
+other cluster is verified, the earliest of a cluster met in BRIDGE_KEYS buckets: each entry
+carries a label, the label of its own earliest match when it was indexed (else its id's hash), so
+one label means one cluster; clusters only ever merge, so an old label costs a verify, never a
+wrong skip. A match of another label is a bridge: the probing document joins that cluster to its
+own (``DecideStage``). Entries later than the probing document are all verified: those are
 late matches, answered so that the later document's verdict is revised (except those that match
 the probe's earliest match in a bucket they share: their verdicts name that or an earlier one
 already, ``BucketIndex.covered``).
@@ -73,10 +72,13 @@ _SMALLEST = INLINE_ENTRIES * _HEAD.size  # bytes of INLINE_ENTRIES entries at th
 _BUCKET_KEY = struct.Struct(">cBQ")  # b"L" | det(1) | key(8)
 BUCKET = b"L"  # labelled buckets; buckets of earlier versions ("B", no labels) are not read
 LABEL = 8  # bytes of an entry's label, before its payload
-# buckets a probe must share with an entry past its earliest match for a verify (a bridge); why not
-# every entry: bridges are rare, and the entries of other clusters in a probe's buckets are mostly
-# texts that share one common phrase with it
+# Past its earliest match a probe verifies the earliest entry of each other label that it meets in
+# BRIDGE_KEYS of its buckets, reading up to BRIDGE_READ entries a bucket. Why not every entry: bridges
+# are rare, the entries of other clusters in a probe's buckets mostly share one common phrase with
+# it, and a campaign's buckets hold hundreds of entries (walked whole on every copy, they made
+# ``bench/campaign.py``'s scan several times slower).
 BRIDGE_KEYS = 2
+BRIDGE_READ = 8
 Verify = Callable[[bytes, bytes], Match | None]
 Entry = tuple[int, str, bytes]  # ts, id, inline payload (b"" when stored under P)
 
@@ -424,26 +426,29 @@ class _Walk:
         self.kept: dict[tuple[int, str], bytes | None] = {}
         self.shared: list[tuple[tuple[int, str] | None, list[tuple[int, str]]]] = []
         self.refs = index._refs.get(det, {})
-        # the entries past the earliest match met so far whose label is not met: verified at the
-        # end, those in BRIDGE_KEYS buckets or more (label, inline payload, buckets)
-        self.past: dict[tuple[int, str], list] = {}
-        self.deferred: list[tuple[int, str]] = []  # those of the bucket being walked
+        # past the earliest match, per label not met: [its earliest entry met (ts, id), that
+        # entry's inline payload, how many buckets hold one]; verified at the end (``_bridges``)
+        self.past: dict[bytes, list] = {}
+        self.deferred: set[bytes] = set()  # the labels met past the earliest match in this bucket
+        self.alike = False  # the earliest match's payload is the probe's: nothing past it to learn
 
-    def twin(self, deferred: list[tuple[int, str]]) -> None:
-        """A bucket of the same bytes as one walked: its entries past the earliest match count again."""
-        for cand in deferred:
-            got = self.past.get(cand)
+    def twin(self, deferred: AbstractSet[bytes]) -> None:
+        """A bucket of the same bytes as one walked: its labels past the earliest match count again."""
+        for label in deferred:
+            got = self.past.get(label)
             if got is not None:
                 got[2] += 1
 
-    def _past(self, cand: tuple[int, str], label: bytes, inline: bytes) -> None:
-        """An entry past the earliest match, of a label not met: a bridge, if it matches."""
-        got = self.past.get(cand)
+    def _past(self, label: bytes, cand: tuple[int, str], inline: bytes) -> None:
+        """An entry past the earliest match, of a label not met and not met yet in this bucket."""
+        self.deferred.add(label)
+        got = self.past.get(label)
         if got is None:
-            self.past[cand] = [label, inline, 1]
+            self.past[label] = [cand, inline, 1]
         else:
             got[2] += 1
-        self.deferred.append(cand)
+            if cand < got[0]:
+                got[0], got[1] = cand, inline
 
     def _earlier(self, cand: tuple[int, str], m: Match, other: bytes | None, label: bytes) -> bool:
         """An earlier match; whether it is the earliest so far."""
@@ -452,35 +457,44 @@ class _Walk:
         self.met.add(label)
         if self.best is None or cand < self.best:
             self.res.earliest, self.best, self.mine = found, cand, other
+            self.alike = other == self.payload
             return True
         return False
 
     def earlier_only(self, raw: bytes) -> None:
         """A bucket with a header whose entries are all earlier than the document: from the earliest
-        up to the first match, then only the entries of labels not met (no id decoded for the rest)."""
+        up to the first match, then up to BRIDGE_READ entries for labels not met."""
         unpack, hs, met, seen, ident = _HEAD.unpack_from, _HEAD.size, self.met, self.seen, self.ident
-        pos, end, lo, best = _BUCKET_HEAD.size, len(raw), self.lo, self.best
+        pos, end, lo, best, budget = _BUCKET_HEAD.size, len(raw), self.lo, self.best, BRIDGE_READ
         while pos < end:
             cts, il, pl = unpack(raw, pos)
             pos += hs + il + pl
             if cts < lo:
                 continue
             at = pos - pl  # the entry's label, then its inline payload
-            label = raw[at:at + LABEL]
-            if best is not None and cts > best[0] and label in met:
-                continue
-            cand = (cts, raw[at - il:at].decode("utf-8", "surrogatepass"))
+            cand = None
+            if best is not None and cts >= best[0]:
+                if cts == best[0]:  # the same millisecond: which is earlier is in the ids
+                    cand = (cts, raw[at - il:at].decode("utf-8", "surrogatepass"))
+                if cand is None or cand > best:
+                    if self.alike or budget <= 0:
+                        return
+                    budget -= 1
+                    label = raw[at:at + LABEL]
+                    if label in met or label in self.deferred:
+                        continue
+                    cand = cand or (cts, raw[at - il:at].decode("utf-8", "surrogatepass"))
+                    if cand[1] != ident and cand not in seen:
+                        self._past(label, cand, raw[at + LABEL:pos])
+                    continue
+            cand = cand or (cts, raw[at - il:at].decode("utf-8", "surrogatepass"))
             if cand[1] == ident or cand in seen:
-                continue
-            if best is not None and cand > best:
-                if label not in met:
-                    self._past(cand, label, raw[at + LABEL:pos])
                 continue
             other = raw[at + LABEL:pos] or self.refs.get(cand[1]) or self.index._payload(self.det, cand[1])
             m = seen[cand] = self.verify(self.payload, other) if other else None
             self.res.candidates += 1
             if m is not None:
-                self._earlier(cand, m, other, label)
+                self._earlier(cand, m, other, raw[at:at + LABEL])
                 best = self.best
 
     def bucket(self, raw: bytes, late: bool, want_spot: bool) -> int | None:
@@ -493,6 +507,7 @@ class _Walk:
         anchored = False  # best met in this bucket
         here: list[tuple[int, str]] = []  # the later matches met in it
         spot = -1 if pos and late and want_spot else None
+        budget = BRIDGE_READ  # entries past the earliest match to read for other labels
         while pos < end:
             at = pos
             cts, il, pl = unpack(raw, at)
@@ -516,8 +531,10 @@ class _Walk:
                 break
             if earlier and self.best is not None and cand >= self.best:
                 anchored = anchored or cand == self.best
-                if cand not in self.seen and label not in self.met:
-                    self._past(cand, label, raw[body + LABEL:pos])
+                if cand != self.best and not self.alike and budget > 0:
+                    budget -= 1
+                    if label not in self.met and label not in self.deferred and cand not in self.seen:
+                        self._past(label, cand, raw[body + LABEL:pos])
                 continue
             if cand in self.seen:  # met in an earlier bucket: a match there is best or in later already
                 if not earlier and self.seen[cand] is not None:
@@ -539,18 +556,15 @@ class _Walk:
         return end if spot == -1 else spot
 
     def _bridges(self) -> None:
-        """Verify the entries past the earliest match met in BRIDGE_KEYS buckets or more, earliest
-        first, one a label: a miss stands for its cluster."""
-        for cand in sorted(self.past):
-            label, inline, n = self.past[cand]
+        """Verify, for each label met past the earliest match in BRIDGE_KEYS buckets or more, its
+        earliest entry met there."""
+        for label, (cand, inline, n) in sorted(self.past.items(), key=lambda kv: kv[1][0]):
             if n < BRIDGE_KEYS or label in self.met or cand in self.seen:
                 continue
             other = inline or self.refs.get(cand[1]) or self.index._payload(self.det, cand[1])
             m = self.seen[cand] = self.verify(self.payload, other) if other else None
             self.res.candidates += 1
-            if m is None:
-                self.met.add(label)
-            else:
+            if m is not None:
                 self._earlier(cand, m, other, label)
 
     def result(self, window: int) -> ProbeResult:
@@ -646,8 +660,8 @@ class BucketIndex:
         if not any(raws.values()):  # new keys (most of a stream of distinct texts)
             return ProbeResult(label=label_of(ident))
         walk = _Walk(self, det, ident, ts, payload, verify)
-        # twin_key -> bucket, its spot, the entries deferred in it (``_Walk.past``)
-        walked: dict[tuple[int, bytes], tuple[bytes, int | None, list[tuple[int, str]]]] = {}
+        # twin_key -> bucket, its spot, the labels met past the earliest match in it (``_Walk.past``)
+        walked: dict[tuple[int, bytes], tuple[bytes, int | None, AbstractSet[bytes]]] = {}
         for bk, raw in raws.items():
             if not raw:
                 continue
@@ -661,7 +675,7 @@ class BucketIndex:
                     spots[bk] = twin[1]
                 walk.twin(twin[2])
                 continue
-            walk.deferred = []
+            walk.deferred = set()
             if raw[:1] == _MAGIC and all_before(raw, walk.me):
                 walk.earlier_only(raw)  # a stream in time order: every entry is earlier
                 walked[sig] = (raw, None, walk.deferred)

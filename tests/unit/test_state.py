@@ -784,3 +784,13 @@ def test_past_its_earliest_match_a_probe_verifies_one_entry_of_each_other_cluste
     calls.clear()
     r = idx.probe(1, "b2", 11, b"ACD", (1, 2), lambda p, o: either(p, o) or (Match(1.0, 0) if o == b"ACD" else None))
     assert (r.earliest.id, [f.id for f in r.bridges], calls) == ("a", ["c"], [b"A", b"C"])
+    # a probe with its earliest match's own payload (an exact copy) reads nothing past that match:
+    # whatever matches it matches that one, whose own probe met it
+    idx = BucketIndex({}, window=W)
+    for ident, ts, payload in [("x", 1, b"P"), ("y", 2, b"Q")]:
+        idx.probe_insert(1, ident, ts, payload, (1, 2), same)
+    calls.clear()
+    r = idx.probe(1, "x2", 3, b"P", (1, 2), lambda p, o: calls.append(o) or Match(1.0, 0))
+    assert (r.earliest.id, r.bridges, calls) == ("x", [], [b"P"])
+    r = idx.probe(1, "x3", 3, b"PQ", (1, 2), lambda p, o: calls.append(o) or Match(1.0, 0))
+    assert (r.earliest.id, [f.id for f in r.bridges]) == ("x", ["y"])
