@@ -1,9 +1,10 @@
 """Verdicts: the earliest-match rule and revisions, as a small state machine per document.
 
-The rule: a document is a duplicate of the EARLIEST (ts, id) document that matches it, exact
-matches first (any earlier exact copy beats every near match), then near matches. The verdict is
-a function of the set of documents in the window, not of arrival order, which is what lets N
-workers on shuffled partitions converge on what ``scan`` says.
+The rule: a document's match is the EARLIEST (ts, id) document that matches it, exact matches first
+(any earlier exact copy beats every near match), then near matches; it is a duplicate of the
+earliest member of its cluster (the documents joined by matches, ``DecideStage._spread``). The
+verdict is a function of the set of documents in the window, not of arrival order, which is what
+lets N workers on shuffled partitions converge on what ``scan`` says.
 
 A document's state gathers: what the exact stage said (and how many probe answers to expect),
 the answers of its probes (each names its partition, so a replayed answer is not counted twice),
@@ -116,8 +117,8 @@ class DocState:
         return self.answered_all
 
     def link(self, cand: Candidate) -> bool:
-        """Record a match (earlier or later: a document joins clusters through any of them); whether
-        it is new. Up to MAX_LINKS."""
+        """Record a match it was told of (its earliest, a bridge, a late earlier document: the cluster
+        is joined through any of them); whether it is new. Up to MAX_LINKS."""
         there = [cand.ts, cand.id]
         if there in self.links or len(self.links) >= MAX_LINKS:
             return False
