@@ -452,6 +452,14 @@ class _Walk:
             if cand < got[0]:
                 got[0], got[1] = cand, inline
 
+    def _verify(self, cand: tuple[int, str], inline: bytes) -> tuple[Match | None, bytes | None]:
+        """Verify a candidate not verified yet, its payload ``inline`` in the bucket or under P;
+        returns the match (None: none) and the payload."""
+        other = inline or self.refs.get(cand[1]) or self.index._payload(self.det, cand[1])
+        m = self.seen[cand] = self.verify(self.payload, other) if other else None
+        self.res.candidates += 1
+        return m, other
+
     def _earlier(self, cand: tuple[int, str], m: Match, other: bytes | None, label: bytes) -> bool:
         """An earlier match; whether it is the earliest so far."""
         found = Found(cand[0], cand[1], m)
@@ -492,9 +500,7 @@ class _Walk:
             cand = cand or (cts, raw[at - il:at].decode("utf-8", "surrogatepass"))
             if cand[1] == ident or cand in seen:
                 continue
-            other = raw[at + LABEL:pos] or self.refs.get(cand[1]) or self.index._payload(self.det, cand[1])
-            m = seen[cand] = self.verify(self.payload, other) if other else None
-            self.res.candidates += 1
+            m, other = self._verify(cand, raw[at + LABEL:pos])
             if m is not None:
                 self._earlier(cand, m, other, raw[at:at + LABEL])
                 best = self.best
@@ -542,9 +548,7 @@ class _Walk:
                 if not earlier and self.seen[cand] is not None:
                     here.append(cand)
                 continue
-            other = raw[body + LABEL:pos] or self.refs.get(cid) or self.index._payload(self.det, cid)
-            m = self.seen[cand] = self.verify(self.payload, other) if other else None
-            self.res.candidates += 1
+            m, other = self._verify(cand, raw[body + LABEL:pos])
             if m is None:
                 continue
             if earlier:
@@ -563,9 +567,7 @@ class _Walk:
         for label, (cand, inline, n) in sorted(self.past.items(), key=lambda kv: kv[1][0]):
             if n < BRIDGE_KEYS or label in self.met or cand in self.seen:
                 continue
-            other = inline or self.refs.get(cand[1]) or self.index._payload(self.det, cand[1])
-            m = self.seen[cand] = self.verify(self.payload, other) if other else None
-            self.res.candidates += 1
+            m, other = self._verify(cand, inline)
             if m is not None:
                 self._earlier(cand, m, other, label)
 

@@ -317,7 +317,8 @@ class DecideStage:
             st.ts = msg.ts
         before = st.emitted[2] if st.emitted else None  # duplicate_of of the last verdict emitted
         was = (st.answered_all, st.reach() if st.answered_all else None)
-        new = self._take_in(st, msg, answers)
+        heard = self._heard(msg)
+        new = self._take_in(st, msg, answers, heard)
         v = st.step()
         if v is not None and v.revision == 0 and st.seen is not None:
             self.first_seen, st.seen = st.seen, None  # measured once, then no longer stored
@@ -326,7 +327,7 @@ class DecideStage:
                 self.outbox.append(ToDecide("leave", before, None, member=[st.id, st.ts, st.rank]))
             if v.duplicate_of is not None:
                 self.outbox.append(ToDecide("join", v.duplicate_of, None, member=[st.id, st.ts, st.rank]))
-        self._spread(st, msg, was, new)
+        self._spread(st, heard, was, new)
         if clustered is not None:
             now_cluster = st.cluster()
             if now_cluster != clustered:
@@ -335,9 +336,11 @@ class DecideStage:
         self.last = st
         return v
 
-    def _take_in(self, st: DocState, msg: ToDecide, answers: Sequence[ToDecide]) -> list[Candidate]:
-        """Apply what a message (and the answers with it) says to the state; returns the matches it
-        brought that the document had not recorded (``DocState.link``)."""
+    def _take_in(self, st: DocState, msg: ToDecide, answers: Sequence[ToDecide],
+                 heard: tuple[str, list | None] | None) -> list[Candidate]:
+        """Apply what a message (and the answers with it) says to the state (``heard``: its
+        ``_heard``); returns the matches it brought that the document had not recorded
+        (``DocState.link``)."""
         if msg.kind == "expect":
             st.expected = msg.expected
             if msg.rank is not None:
@@ -352,7 +355,7 @@ class DecideStage:
             assert msg.part is not None
             st.answered.add(msg.part)
         elif msg.kind in ("link", "unlink", "root"):
-            self._tree(st, msg)
+            self._tree(st, msg.kind, heard)
         elif msg.kind != "offer":
             raise ValueError(f"unknown decide message {msg.kind!r}")
         cands = [msg.cand]
@@ -369,23 +372,23 @@ class DecideStage:
                     new.append(c)
         return new
 
-    def _spread(self, st: DocState, msg: ToDecide, was: tuple[bool, list | None], new: list[Candidate]) -> None:
+    def _spread(self, st: DocState, heard: tuple[str, list | None] | None, was: tuple[bool, list | None],
+                new: list[Candidate]) -> None:
         """Whole clusters: tell the new matches of ``st`` that it is their neighbour, and every
         other neighbour its cluster's original when that changed (``DocState.reach``). Each
         document takes the earliest original any neighbour tells it and tells the others in turn;
         matches never go away, so every document of a cluster (documents joined by matches)
         settles on its earliest, whatever order the messages come in. A document says nothing
         until its answers are in, then tells all of them at once (``was``: whether they were in
-        before this message, and what it knew then). These go after the joins: the answer to a
-        link can move this document on, and its leave must find the join it undoes (both go to
-        the same document, in this order)."""
+        before this message, and what it knew then; ``heard``: the message's ``_heard``). These
+        go after the joins: the answer to a link can move this document on, and its leave must
+        find the join it undoes (both go to the same document, in this order)."""
         if not st.answered_all or (not st.links and not st.children) or (now := st.reach()) is None:
             return  # (no neighbour to tell: no link nor root message came, or it would have one)
         complete, reach = was
         linked = [c.id for c in new] if complete else [link[1] for link in st.links]
         told = set(linked)
         self.outbox.extend(ToDecide("link", ident, None, member=[st.id, *now]) for ident in linked)
-        heard = self._heard(msg) if msg.member else None
         if heard is not None:
             sender, said = heard
             if said is not None and now < said:  # the sender knows a later original: answer it
@@ -409,15 +412,15 @@ class DecideStage:
             return msg.member[2], list(msg.member[:2])
         return None
 
-    def _tree(self, st: DocState, msg: ToDecide) -> None:
+    @staticmethod
+    def _tree(st: DocState, kind: str, heard: tuple[str, list | None] | None) -> None:
         """A neighbour's word: a document that matched this one links to it; any neighbour tells the
         original it knows, and the earliest told is kept (``DocState.root``). An ``unlink`` (an
         earlier version's, after a document's match changed) changes nothing: the match holds."""
-        heard = self._heard(msg)
         if heard is None:
             return
         sender, said = heard
-        if msg.kind == "link" and sender not in st.children and len(st.children) < MAX_CHILDREN:
+        if kind == "link" and sender not in st.children and len(st.children) < MAX_CHILDREN:
             st.children.append(sender)
         if said is not None and (st.root is None or said < st.root):
             st.root = said
