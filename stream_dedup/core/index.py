@@ -3,9 +3,9 @@
 Layout (any ``MutableMapping[bytes, bytes]``: a RocksDB store in ``scan``, a RocksDB-backed Faust
 table partition in the workers, so both drivers run this same code):
 
-    L | det(1) | key(8)   ->  packed bucket: entries (ts, id, label(4) + payload) sorted by (ts, id);
-                              from two entries on, after a header: 0x80 | entries(4) | offset of
-                              the last(4)
+    L | det(1) | key(8)   ->  packed bucket: entries (ts, id, label(4) + payload) sorted by (ts, id),
+                              the label left out where it is the id's own (``OWN``); from two
+                              entries on, after a header: 0x80 | entries(4) | offset of the last(4)
     P | det(1) | id       ->  payload of a document, when larger than INLINE_MAX bytes, or when it
                               goes into a bucket that already holds INLINE_ENTRIES (stored once)
 
@@ -67,7 +67,10 @@ INLINE_MAX = 320
 # which verifies from a bucket's earliest entry, reads a payload under P only past the first 32.
 INLINE_ENTRIES = 32
 REF_FROM = 48
-_HEAD = struct.Struct(">qHH")  # ts, id length, inline payload length
+_HEAD = struct.Struct(">qHH")  # ts, id length, inline payload length (OWN: plus the flag)
+# the flag, in an entry's payload length, of a label left out because it is the id's own hash
+# (``label_of``): most entries are their cluster's first, and their label then costs nothing
+OWN = 0x8000
 _SMALLEST = INLINE_ENTRIES * _HEAD.size  # bytes of INLINE_ENTRIES entries at the least (their heads)
 _BUCKET_KEY = struct.Struct(">cBQ")  # b"L" | det(1) | key(8)
 BUCKET = b"L"  # labelled buckets; buckets of earlier versions ("B", no labels) are not read
@@ -94,20 +97,59 @@ _TS_IL = struct.Struct(">qH")  # an entry's ts and id length
 
 def label_of(ident: str) -> bytes:
     """The label of a document that matched nothing earlier in its buckets: its id's hash."""
-    return struct.pack(">I", mmh3.hash(ident.encode("utf-8", "surrogatepass"), signed=False))
+    return _label(ident.encode("utf-8", "surrogatepass"))
 
 
 def pack_entry(entry: Entry) -> bytes:
+    """An entry's bytes; a payload that begins with its id's own label (``label_of``) is stored
+    without it, under the ``OWN`` flag, and ``unpack_entries`` puts it back."""
     ts, ident, payload = entry
     ib = ident.encode("utf-8", "surrogatepass")
+    if len(payload) >= LABEL and payload[:LABEL] == _label(ib):
+        return _HEAD.pack(ts, len(ib), OWN | (len(payload) - LABEL)) + ib + payload[LABEL:]
     return _HEAD.pack(ts, len(ib), len(payload)) + ib + payload
 
 
+def _label(ib: bytes) -> bytes:
+    return _LABEL.pack(mmh3.hash(ib, signed=False))
+
+
+_LABEL = struct.Struct(">I")
+
+
 def pack_entries(entries: list[Entry]) -> bytes:
-    out = [pack_entry(e) for e in entries]
-    if len(out) < 2:
-        return b"".join(out)
-    return _BUCKET_HEAD.pack(_MAGIC, len(out), sum(map(len, out[:-1]))) + b"".join(out)
+    return join_packed([pack_entry(e) for e in entries])
+
+
+def join_packed(parts: list[bytes]) -> bytes:
+    """A bucket of packed entries, in order: with its header from two entries on."""
+    if len(parts) < 2:
+        return b"".join(parts)
+    return _BUCKET_HEAD.pack(_MAGIC, len(parts), sum(map(len, parts[:-1]))) + b"".join(parts)
+
+
+Span = tuple[int, str, bytes]  # an entry's ts, id, and bytes as packed
+
+
+def entry_spans(data: bytes) -> list[Span]:
+    """A bucket's entries as their packed bytes: what merges and prunes move, never re-encoded
+    (a label left out stays out, with no hash to compute)."""
+    out: list[Span] = []
+    pos, n = _start(data), len(data)
+    while pos < n:
+        ts, il, pl = _HEAD.unpack_from(data, pos)
+        start = pos + _HEAD.size
+        end = start + il + (pl & ~OWN)
+        out.append((ts, data[start:start + il].decode("utf-8", "surrogatepass"), data[pos:end]))
+        pos = end
+    return out
+
+
+def inline_size(span: bytes) -> int:
+    """The bytes of a packed index entry's payload after its label: 0 for an entry that refers
+    to its payload under P."""
+    pl = _HEAD.unpack_from(span)[2]
+    return pl ^ OWN if pl & OWN else pl - LABEL
 
 
 def _start(data: bytes) -> int:
@@ -120,8 +162,10 @@ def iter_entries(data: bytes) -> Iterator[Entry]:
     pos, n = _start(data), len(data)
     while pos < n:
         ts, il, pl = _HEAD.unpack_from(data, pos)
+        own, pl = pl & OWN, pl & ~OWN
         pos += _HEAD.size + il + pl
-        yield ts, data[pos - il - pl:pos - pl].decode("utf-8", "surrogatepass"), data[pos - pl:pos]
+        ib = data[pos - il - pl:pos - pl]
+        yield ts, ib.decode("utf-8", "surrogatepass"), _label(ib) + data[pos - pl:pos] if own else data[pos - pl:pos]
 
 
 def all_before(data: bytes, me: tuple[int, str]) -> bool:
@@ -165,6 +209,7 @@ def _insert_at(raw: bytes, ts: int, ident: str, look: bool) -> int | None:
     pos, end, at = _BUCKET_HEAD.size, len(raw), -1
     while pos < end:
         cts, il, pl = _HEAD.unpack_from(raw, pos)
+        pl &= ~OWN
         if look or (at < 0 and cts == ts):
             start = pos + _HEAD.size
             cid = raw[start:start + il].decode("utf-8", "surrogatepass")
@@ -191,10 +236,11 @@ def unpack_entries(data: bytes) -> list[Entry]:
     pos, n = _start(data), len(data)
     while pos < n:
         ts, il, pl = _HEAD.unpack_from(data, pos)
+        own, pl = pl & OWN, pl & ~OWN
         pos += _HEAD.size
-        ident = data[pos:pos + il].decode("utf-8", "surrogatepass")
+        ib = data[pos:pos + il]
         pos += il
-        out.append((ts, ident, data[pos:pos + pl]))
+        out.append((ts, ib.decode("utf-8", "surrogatepass"), _label(ib) + data[pos:pos + pl] if own else data[pos:pos + pl]))
         pos += pl
     return out
 
@@ -202,17 +248,17 @@ def unpack_entries(data: bytes) -> list[Entry]:
 def count_entries(data: bytes) -> int:
     """How many entries a packed bucket holds: from the header, or (no header: one entry) by
     decoding it, as the probe before has."""
-    return _BUCKET_HEAD.unpack_from(data)[1] if data[:1] == _MAGIC else len(_entries(data))
+    return _BUCKET_HEAD.unpack_from(data)[1] if data[:1] == _MAGIC else len(_spans(data))
 
 
 @lru_cache(maxsize=512)
-def _entries(data: bytes) -> tuple[Entry, ...]:
-    """Decoded once, where a bucket is decoded whole: the merge into a bucket with no header (one
+def _spans(data: bytes) -> tuple[Span, ...]:
+    """Cut once, where a bucket is taken apart whole: the merge into a bucket with no header (one
     entry) and a full merge (entries expired, an id's entry
     replaced, a full bucket), after ``count_entries`` of the same bucket in the same insert.
     Probes walk the entries' heads instead (``_probe``), as does an insert that splices
     (``_insert_at``)."""
-    return tuple(unpack_entries(data))
+    return tuple(entry_spans(data))
 
 
 def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: bytes | None = None,
@@ -264,21 +310,21 @@ def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: 
             if len(raw) > 4096:
                 body = memoryview(raw)[_BUCKET_HEAD.size:]
     else:  # one entry, no header
-        old = _entries(raw)
+        old = _spans(raw)
         count = len(old)
         newer = (old[0][0] >= cutoff and (entry[0], entry[1]) > (old[-1][0], old[-1][1])
                  and all(e[1] != entry[1] for e in old))
         body = raw
     if newer:
         return b"".join((_BUCKET_HEAD.pack(_MAGIC, count + 1, len(body)), body, packed)) if count < cap else raw
-    entries = [e for e in _entries(raw) if e[0] >= cutoff and e[1] != entry[1]]
-    entries.append(entry)
-    entries.sort(key=lambda e: (e[0], e[1]))
-    return pack_entries(entries[:cap])
+    spans = [e for e in _spans(raw) if e[0] >= cutoff and e[1] != entry[1]]
+    spans.append((entry[0], entry[1], packed))
+    spans.sort(key=lambda e: (e[0], e[1]))
+    return join_packed([e[2] for e in spans[:cap]])
 
 
 def prune_items(items: Iterable[tuple[bytes, bytes]], before_ts: int,
-                kept: Callable[[bytes, list[Entry]], None] | None = None,
+                kept: Callable[[bytes, list[Span]], None] | None = None,
                 sink: MutableMapping[bytes, bytes] | None = None) -> tuple[list[tuple[bytes, bytes | None]], int]:
     """The writes that drop entries older than before_ts from packed values (None: delete the key,
     nothing kept), and how many entries they drop. ``kept(key, entries)`` sees each value's kept ones.
@@ -291,10 +337,10 @@ def prune_items(items: Iterable[tuple[bytes, bytes]], before_ts: int,
     writes: list[tuple[bytes, bytes | None]] = []
     dropped = 0
     for key, value in items:
-        entries = unpack_entries(value)
+        entries = entry_spans(value)
         keep = [e for e in entries if e[0] >= before_ts]
         if len(keep) != len(entries):
-            writes.append((key, pack_entries(keep) if keep else None))
+            writes.append((key, join_packed([e[2] for e in keep]) if keep else None))
             dropped += len(entries) - len(keep)
             if sink is not None and len(writes) >= 4096:
                 apply_writes(sink, writes)
@@ -478,10 +524,13 @@ class _Walk:
         pos, end, lo, best, budget = _BUCKET_HEAD.size, len(raw), self.lo, self.best, BRIDGE_READ
         while pos < end:
             cts, il, pl = unpack(raw, pos)
+            own = pl & OWN
+            if own:
+                pl ^= OWN
             pos += hs + il + pl
             if cts < lo:
                 continue
-            at = pos - pl  # the entry's label, then its inline payload
+            at = pos - pl  # the entry's label (unless ``own``), then its inline payload
             cand = None
             if best is not None and cts >= best[0]:
                 if cts == best[0]:  # the same millisecond: which is earlier is in the ids
@@ -490,19 +539,19 @@ class _Walk:
                     if self.alike or budget <= 0:
                         return
                     budget -= 1
-                    label = raw[at:at + LABEL]
+                    label = _label(raw[at - il:at]) if own else raw[at:at + LABEL]
                     if label in met or label in self.deferred:
                         continue
                     cand = cand or (cts, raw[at - il:at].decode("utf-8", "surrogatepass"))
                     if cand[1] != ident and cand not in seen:
-                        self._past(label, cand, raw[at + LABEL:pos])
+                        self._past(label, cand, raw[at if own else at + LABEL:pos])
                     continue
             cand = cand or (cts, raw[at - il:at].decode("utf-8", "surrogatepass"))
             if cand[1] == ident or cand in seen:
                 continue
-            m, other = self._verify(cand, raw[at + LABEL:pos])
+            m, other = self._verify(cand, raw[at if own else at + LABEL:pos])
             if m is not None:
-                self._earlier(cand, m, other, raw[at:at + LABEL])
+                self._earlier(cand, m, other, _label(raw[at - il:at]) if own else raw[at:at + LABEL])
                 best = self.best
 
     def bucket(self, raw: bytes, late: bool, want_spot: bool) -> int | None:
@@ -519,6 +568,9 @@ class _Walk:
         while pos < end:
             at = pos
             cts, il, pl = unpack(raw, at)
+            own = pl & OWN
+            if own:
+                pl ^= OWN
             pos = at + hs + il + pl
             if cts < self.lo:
                 continue
@@ -530,8 +582,10 @@ class _Walk:
             if cid == self.ident:
                 spot = None  # its own entry (a replay): the insert looks for it anyway
                 continue
-            cand, body = (cts, cid), pos - pl  # the entry's label, then its inline payload
-            label = raw[body:body + LABEL]
+            cand, body = (cts, cid), pos - pl  # the entry's label (unless ``own``), then its inline payload
+            label = b""  # decoded where it is needed
+            if not own:
+                label, body = raw[body:body + LABEL], body + LABEL
             earlier = cand < self.me
             if spot == -1 and not earlier:
                 spot = at
@@ -541,18 +595,19 @@ class _Walk:
                 anchored = anchored or cand == self.best
                 if cand != self.best and not self.alike and budget > 0:
                     budget -= 1
+                    label = label or _label(raw[body - il:body])
                     if label not in self.met and label not in self.deferred and cand not in self.seen:
-                        self._past(label, cand, raw[body + LABEL:pos])
+                        self._past(label, cand, raw[body:pos])
                 continue
             if cand in self.seen:  # met in an earlier bucket: a match there is best or in later already
                 if not earlier and self.seen[cand] is not None:
                     here.append(cand)
                 continue
-            m, other = self._verify(cand, raw[body + LABEL:pos])
+            m, other = self._verify(cand, raw[body:pos])
             if m is None:
                 continue
             if earlier:
-                anchored = self._earlier(cand, m, other, label) or anchored
+                anchored = self._earlier(cand, m, other, label or _label(raw[body - il:body])) or anchored
             else:
                 self.res.later.append(Found(cts, cid, m))
                 self.kept[cand] = other
@@ -791,9 +846,9 @@ class BucketIndex:
                     apply_writes(self.data, dead)
                     dead.clear()
 
-        def refer(key: bytes, entries: list[Entry]) -> None:
+        def refer(key: bytes, entries: list[Span]) -> None:
             det = key[1]
-            live.update([ref_hash(det, e[1]) for e in entries if len(e[2]) <= LABEL])  # not inline: under P
+            live.update([ref_hash(det, e[1]) for e in entries if inline_size(e[2]) <= 0])  # not inline: under P
 
         writes, dropped = prune_items(buckets(), before_ts, refer, sink)
         settle()

@@ -34,6 +34,37 @@ def test_packed_entries_round_trip():
     assert all(pack_entry(x)[:1] != b"\x80" for x in [(-(2**62), "a", b""), (2**62, "a", b""), (-1, "a", b"")])
 
 
+def test_an_entry_labelled_with_its_own_id_hash_leaves_the_label_out_and_reads_back_whole():
+    """Most entries are their cluster's first (label = their id's hash): stored 4 bytes shorter,
+    decoded with it, and a probe reads the same labels and payloads from either form."""
+    from stream_dedup.core.index import _BUCKET_HEAD, _HEAD, OWN, iter_entries, label_of, pack_entry
+
+    own = [(1, "短信-1", label_of("短信-1") + b"payload"), (2, "b", label_of("b"))]
+    other = [(3, "c", label_of("a") + b"payload")]
+    for e in own:
+        assert len(pack_entry(e)) == len(pack_entry((e[0], e[1], b"\0" * LABEL + e[2][LABEL:]))) - LABEL
+        assert _HEAD.unpack_from(pack_entry(e))[2] & OWN
+    assert not _HEAD.unpack_from(pack_entry(other[0]))[2] & OWN
+    assert unpack_entries(pack_entries(own + other)) == list(iter_entries(pack_entries(own + other))) == own + other
+
+    def index_with(entries_form: str) -> BucketIndex:
+        idx = BucketIndex({}, window=W)
+        for i, ident in enumerate(["a", "b", "c", "d"]):
+            idx.insert(1, ident, i, b"s" + ident.encode(), [7, 8], label=label_of("a") if ident != "b" else None)
+        if entries_form == "explicit":  # as written before labels could be left out
+            for k, v in list(idx.data.items()):
+                parts = [_HEAD.pack(ts, len(i.encode()), len(p)) + i.encode() + p for ts, i, p in unpack_entries(v)]
+                head = _BUCKET_HEAD.pack(b"\x80", len(parts), sum(map(len, parts[:-1]))) if len(parts) > 1 else b""
+                idx.data[k] = head + b"".join(parts)
+        return idx
+
+    compact, explicit = index_with("compact"), index_with("explicit")
+    assert sum(map(len, compact.data.values())) < sum(map(len, explicit.data.values()))
+    for idx in (compact, explicit):
+        res = idx.probe(1, "e", 10, b"se", [7, 8], lambda x, y: Match(1.0, 0) if x[:1] == y[:1] else None)
+        assert (res.earliest.id, res.label, [f.id for f in res.bridges]) == ("a", label_of("a"), ["b"])
+
+
 def test_merge_entry_appends_in_place_exactly_as_the_full_merge_would(monkeypatch):
     """The append and splice shortcuts must give the same bytes as filter + sort + cap, or replays diverge."""
     import random
