@@ -6,7 +6,7 @@ Segmenters: Python jieba 0.42.1 (the reference), rjieba behind ``core/segment.py
 (``text.segmenter = "rjieba"``, the default), bare rjieba (what the adapter corrects), and
 jieba_fast (jieba in C) when it is installed by hand: it is no longer an option of the project,
 since its last release (0.53, 2017) does not install with current pip and it departs from jieba's
-tokens on 0.3-0.7 % of words where rjieba's adapter agrees.
+tokens on words where rjieba's adapter agrees.
 * speed: docs/s of each one's segmentation of THUCNews articles and SMS (normalized as the engine
   does), dictionary loaded, median of 3 runs; for the default also ``WordTokenizer.words``
   (segmentation and filtering, what the detectors read) against the same on Python jieba.

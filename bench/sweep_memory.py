@@ -19,8 +19,8 @@ A second shape, ``--copies-docs`` documents of which every article is stored ``-
 (document i is article i mod docs/copies, as in rounds of a crawl: its copies share its bucket
 keys), so a bucket holds up to that many entries and a sweep rewrites buckets rather than deleting
 them, and meets a reference in every kept entry. Why: with one entry a bucket the first shape missed
-that the forty-third stop's sweep hashed each reference five times slower than before; a scan of
-150,000 THUCNews articles over three windows showed it (sweeps 15 % slower).
+a sweep that hashed each reference several times slower than before, which a scan of news over
+three windows showed.
 
 Each repeat sweeps a fresh copy of the folder twice: once timed, once under ``tracemalloc`` for the
 peak of Python's heap during the sweep (numpy's arrays included; RocksDB's own memory is not). The

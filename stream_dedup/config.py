@@ -39,8 +39,8 @@ class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """A section: typed fields with their bounds and meaning (``Meta``), unknown keys refused.
 
     Why msgspec rather than pydantic: the same declarations and checks, and the start-up of every
-    command pays for the configuration's import: pydantic's was 0.1 s, a tenth of a 10,000-SMS
-    ``scan``; msgspec's is 0.02 s."""
+    command pays for the configuration's import, and pydantic's was several times msgspec's, a
+    visible share of a short ``scan``."""
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values (paths as strings)."""
@@ -88,8 +88,8 @@ class TopicSettings(_Section):
 
 
 class TextSettings(_Section):
-    segmenter: Annotated[Literal["rjieba", "jieba"], Meta(description="word segmenter, both jieba's algorithm and dictionary: rjieba (Rust, 8-10x faster "
-        "than jieba, jieba's tokens on all but 5 of 118,312 sample documents) or jieba (the reference); "
+    segmenter: Annotated[Literal["rjieba", "jieba"], Meta(description="word segmenter, both jieba's algorithm and dictionary: rjieba (Rust, much faster "
+        "than jieba, jieba's tokens on nearly every document) or jieba (the reference); "
         "bench/segmenters.py measures speed and agreement")] = "rjieba"
     traditional_to_simplified: Annotated[bool, Meta(description="fold traditional Chinese to simplified (OpenCC t2s) before everything")] = True
     user_dict: Annotated[Path | None, Meta(description="jieba user dictionary (word [freq [tag]] per line)")] = None
@@ -106,8 +106,8 @@ class TextSettings(_Section):
 class SimhashSettings(_Section):
     k: Annotated[int, Meta(ge=0, le=31, description="Hamming distance at or below which two fingerprints match")] = 3
     bands: Annotated[Literal["4x16", "5c2", "auto"], Meta(description="5c2: k+2 blocks, every pair of blocks a key, "
-        "buckets that stay small as the window fills (per-document cost at 1M documents 1.3x that at 10k, bench/index_scale.py); "
-        "4x16: k+1 blocks, one key each, cheaper in small windows, 6.7x at 1M")] = "5c2"
+        "buckets that stay small as the window fills, so a document costs about the same at any window size; "
+        "4x16: k+1 blocks, one key each, cheaper in small windows, costlier as they fill (bench/index_scale.py)")] = "5c2"
     min_features: Annotated[int, Meta(ge=1, description="documents with fewer distinct words are left to other detectors")] = 8
 
 
@@ -164,7 +164,7 @@ class EngineSettings(_Section):
                           "new document and is not rewritten. Every other write rewrites the whole bucket (in the workers, a "
                           "changelog record), so a campaign's copies cost more each up to this size; past its first 32 "
                           "entries a bucket holds an SMS's payload by reference, so each copy adds its id and 12 bytes "
-                          "(bench/campaign.py: 4.8x datasketch's MinHashLSH at 1000, 5.7x at 100). Keep it well above "
+                          "(bench/campaign.py). Keep it well above "
                           "the documents in a window / 65,536 with 4x16 SimHash bands, whose buckets fill by chance; "
                           "every worker must use the same value")] = 1000
 
@@ -243,13 +243,13 @@ class WorkerSettings(_Section):
     producer_batch_bytes: Annotated[int, Meta(ge=1024, le=8 << 20, description="most bytes of one producer batch "
                                      "(one partition's records in a request). A full batch makes the sending agent "
                                      "wait until the one request in flight to the broker is answered, and an SMS "
-                                     "rewrites about 2 KB of index buckets: with Faust's default of 16,384, the index "
+                                     "rewrites several index buckets: with Faust's default of 16,384, the index "
                                      "agent waited for several requests per batch at a steady rate. Keep it under "
                                      "the topics' max.message.bytes (the broker's default, 1 MB, for every topic but "
                                      "the changelogs): the broker refuses a larger batch, and the worker stops")] = 262_144
     producer_compression: Annotated[Literal["none", "lz4", "zstd", "snappy", "gzip"], Meta(description="compression of "
                                         "the worker's producer batches (table changelogs, internal topics, verdicts). An index bucket "
-                                        "is rewritten whole, about 2 KB of changelog per SMS, which lz4 makes about 3x smaller: "
+                                        "is rewritten whole, a changelog record per bucket an SMS touches, which lz4 makes several times smaller: "
                                         "worth it over a network; on one machine the broker's decompression cost more CPU "
                                         "than it saved")] = "none"
     heap_trim_s: Annotated[float, Meta(ge=0, description="give free heap pages back to the system this often "

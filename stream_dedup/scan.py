@@ -106,8 +106,8 @@ def _prepare_lines(preparer: Preparer, lines: list[Line]) -> list[Outcome]:
 
 #: Lines per chunk that a preparing process prepares and sends at once (the detectors' batch work is
 #: done once per chunk). 128 rather than 32: the chunk's fixed costs (NumPy calls, a pickle, a pipe
-#: write and a wake-up of the judging process) are spread over more documents. Alternating runs of
-#: ``scan`` on 2 cores, 32 -> 128: SMS 1.00 -> 0.94 s, news 1.38 -> 1.32 s; 256 was no faster.
+#: write and a wake-up of the judging process) are spread over more documents; 256 was no faster
+#: in alternated runs.
 CHUNK_LINES = 128
 
 
@@ -170,12 +170,11 @@ def _file_worker(settings: Settings, path: str, worker: int, jobs: int, size: in
     the whole file, prepares every ``jobs``-th chunk from ``worker`` on, and sends each chunk's
     outcomes on ``conns[worker]``, then None (or the traceback of a failure).
 
-    Why the chain of forks: getting ready is mostly rjieba's dictionary (0.12 s of CPU, read-only
+    Why the chain of forks: getting ready is mostly rjieba's dictionary (read-only
     afterwards). Forked from a ready process, the next one starts ready, so the machine builds the
     dictionary once rather than once per process, beside the judging process that opens the stores
-    meanwhile: an SMS scan -j 2 on 2 cores, where every process competes for the CPU, spent ~0.92
-    instead of ~1.06 CPU-seconds in its preparing processes (wall time: a few percent, within the
-    noise of single runs)."""
+    meanwhile: on a machine where every process competes for the CPU, the preparing processes spend
+    less CPU than if each built its own."""
     conn, child = conns[worker], None
     try:
         for other in conns[:worker]:
@@ -228,7 +227,7 @@ class FilePreparers:
     def __init__(self, settings: Settings, path: str, jobs: int, chunk: int = CHUNK_LINES):
         import multiprocessing as mp
 
-        # the first process loads what preparing needs (the segmenter's dictionary, 0.1 s) while this
+        # the first process loads what preparing needs (the segmenter's dictionary) while this
         # one opens the stores, and forks the next, and so on (_file_worker): judging never segments
         # (the n-gram payload carries its words)
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context("spawn")

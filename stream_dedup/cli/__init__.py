@@ -334,8 +334,8 @@ def program() -> None:
     """The ``stream-dedup`` program: ``main``, and after a finished ``scan`` an exit that skips the
     interpreter's teardown.
 
-    Why: freeing what a scan loaded (the segmenter's dictionary, the IDF table, every module) took
-    0.05 s of a 1.1 s scan of 10,000 SMS, and there is nothing left to save by then: ``scan`` has
+    Why: freeing what a scan loaded (the segmenter's dictionary, the IDF table, every module) took a
+    noticeable share of a short scan, and there is nothing left to save by then: ``scan`` has
     closed its output and its stores. The standard streams and logging are flushed first."""
     try:
         main()

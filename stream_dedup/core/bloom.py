@@ -63,8 +63,8 @@ class DecayingBloom:
         self.cells = np.zeros(shape.cells, dtype=np.uint32)
         # np.zeros maps untouched pages; inserts touch random cells, so RSS would creep up towards
         # the filter's size for thousands of inserts. A worker touches them now (``prefault``): its
-        # memory is what it will be. ``scan`` does not: touching 38 MB (the default 1M capacity)
-        # was 75 ms of a run's start-up, for a flat RSS curve nobody watches in a batch run.
+        # memory is what it will be. ``scan`` does not: touching the whole filter is start-up
+        # time, for a flat RSS curve nobody watches in a batch run.
         if prefault:
             self.cells.fill(0)
         self.base: int | None = None  # tick value stored as 1; keeps uint32 cells small

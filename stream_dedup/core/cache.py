@@ -50,7 +50,7 @@ class GenerationalCache(Generic[K, V]):
         it lacks looked up in the old one, computed and inserted all at once.
 
         Why at once: a news article brings dozens of words the young generation lacks (a stream's
-        long tail), and a ``miss`` call for each cost about 1.5 µs, 35 µs of the article's 600. Where
+        long tail), and a ``miss`` call for each was a visible share of its preparing. Where
         the inserts would overfill the young generation, each key goes through ``miss``, which
         rotates the generations as it fills, so the bound holds."""
         keys = keys if isinstance(keys, list) else list(keys)

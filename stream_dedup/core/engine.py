@@ -36,7 +36,7 @@ class Engine:
         """``most_docs``: an upper bound on the documents this engine will see, when the caller knows
         one (``scan`` of a file: its lines). A fresh engine then sizes its Bloom filter for no more
         than that: the configured capacity (1M documents, 38 MB) is touched at random, a page fault
-        per page, which cost a 10,000-SMS scan ~0.08 s; 10,000 fit in 0.4 MB, in cache. A kept
+        per page, a visible cost for a small file, whose filter fits in cache. A kept
         state folder keeps the configured size (its filter is refilled from the store).
 
         ``forget_after`` (event-time ms, or None: never): a document's verdict state and id check
@@ -145,8 +145,8 @@ class Engine:
         A sweep walks both stores whole, so it runs only when an entry can be older than the cutoff
         (``_floor``, the oldest event time stored, says) by ``SWEEP_EVERY_WINDOWS``. Why: ``scan`` calls
         this every 50,000 documents, and over a file whose events span less than the window (most
-        files) every walk dropped nothing, while it listed both stores whole: at 300,000 SMS the
-        walks added about 100 MB to the peak RSS and about a sixth to the time. And over a longer
+        files) every walk dropped nothing, while it listed both stores whole, which added to the peak RSS and to the time
+        (``bench/scan_memory.py``). And over a longer
         one, a walk every 50,000 documents of stores that hold a window of them costs each document
         a walk of (window / 50,000) keys of its own: a window of millions of documents made every
         document pay for hundreds. Every half window, a key is walked about three times in its

@@ -19,7 +19,7 @@ def hash64_uncached(feature: str) -> int:
     return mmh3.hash64(feature, signed=False)[0]
 
 
-# 2 x 32,768 words: the hot vocabulary of a news or SMS stream fits; memory stays flat (~8 MB)
+# 2 x 32,768 words: the hot vocabulary of a news or SMS stream fits; memory stays flat
 _HASHES: GenerationalCache[str, int] = GenerationalCache(hash64_uncached, 32_768)
 
 
@@ -65,7 +65,7 @@ def shingle_hashes_many(texts: list[str], n: int) -> list[np.ndarray]:
     """``shingle_hashes`` of each text, hashed in one pass over their concatenation.
 
     Why: a short text has few shingles, so the dozen NumPy calls of ``shingle_hashes`` cost more
-    than the hashing itself (an SMS: ~20 µs). A window's hash depends only on its characters, so the
+    than the hashing itself. A window's hash depends only on its characters, so the
     windows of the concatenation that lie inside one text are that text's shingles; the ones that
     straddle two texts are skipped. Texts shorter than n (one shingle of their own length) are
     hashed alone. Each text's array is a view into one buffer."""

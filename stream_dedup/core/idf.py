@@ -11,10 +11,9 @@ Two sources give the same kind of table:
 Loaded form: the words' 64-bit mmh3 hashes (the same ``hashing.hash64`` the fingerprints use), sorted,
 with their values; a lookup is a binary search of the hashes (``np.searchsorted``) for a whole
 document at once. Why not a ``dict[str, float]``: building the 300k-entry dict was most of a
-worker's and ``scan``'s start-up after the segmenter's (0.18 s of a 0.66 s one-document run), and
-a dict lookup per word (a cache miss into a 300k-entry table) cost 40-55 µs of a news article's
-SimHash. Two distinct words share a 64-bit hash with probability about 2e-9 for the whole table;
-``from_words`` keeps the first.
+worker's and ``scan``'s start-up after the segmenter's, and a dict lookup per word (a cache miss
+into a 300k-entry table) was a good part of a news article's SimHash. Two distinct words share a
+64-bit hash with probability about 2e-9 for the whole table; ``from_words`` keeps the first.
 
 File format (``idf.bin``), version 2: a NumPy ``.npz`` archive (zip) with ``header`` (UTF-8 JSON),
 ``hashes`` (uint64, sorted), ``centi`` (int32: the values in hundredths, as version 1 rounded them)
@@ -93,8 +92,8 @@ class IdfTable:
         if not len(self.hashes):
             return np.full(len(hashes), self.default)
         # the needles in sorted order: each search then starts near the last one's answer, in
-        # cache, instead of 19 cache misses down the 2.4 MB table (an article's 700 words: 100 ->
-        # 63 µs with the sort and the scatter back)
+        # cache, instead of 19 cache misses down the table (cheaper for an article's hundreds of words,
+        # with the sort and the scatter back)
         order = np.argsort(hashes)
         at = np.empty(len(hashes), dtype=np.intp)
         at[order] = np.searchsorted(self.hashes, hashes[order])
@@ -121,7 +120,7 @@ class IdfTable:
                    "words": np.frombuffer("\n".join(self.words).encode("utf-8", "surrogatepass"), dtype=np.uint8)}
         with zipfile.ZipFile(path, "w") as z:
             for name, array in members.items():
-                # what a lookup reads is stored as it is: inflating it was 16 of the 22 ms of a load, on
+                # what a lookup reads is stored as it is: inflating it was most of a load, on
                 # the start-up of every scan and worker (the words, never read on load, are deflated)
                 method = zipfile.ZIP_STORED if name in _STORED else zipfile.ZIP_DEFLATED
                 z.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), _npy(array), method)

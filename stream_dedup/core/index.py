@@ -61,9 +61,9 @@ INLINE_MAX = 320
 # ... but only in a bucket's first entries: from the INLINE_ENTRIES-th entry of a bucket on, a
 # payload of more than REF_FROM bytes goes under P too, and the entry refers to it. Why: a spam
 # campaign's copies fill their buckets with hundreds of entries, each carrying the same ~150-byte
-# payload, and every insert rewrites the whole bucket (in the workers, a changelog record): 600
-# copies made ~100 KB buckets, and writing them took most of ``scan``'s time on
-# ``bench/campaign.py``. By reference the 600th entry costs ~22 bytes, not ~170, and a probe,
+# payload, and every insert rewrites the whole bucket (in the workers, a changelog record): hundreds
+# of copies made buckets of a hundred kilobytes, and writing them took most of ``scan``'s time on
+# ``bench/campaign.py``. By reference a late entry costs its head and id, not its payload, and a probe,
 # which verifies from a bucket's earliest entry, reads a payload under P only past the first 32.
 INLINE_ENTRIES = 32
 REF_FROM = 48
@@ -269,8 +269,8 @@ def merge_entry(raw: bytes | None, entry: Entry, cutoff: int, cap: int, packed: 
     ``packed``: ``pack_entry(entry)``, when the caller has it (an insert merges one entry into
     every bucket of the document: 30-odd for a news article, most of them new).
     ``new_id``: the caller knows that no bucket holds an entry of this id, so none is looked for.
-    Why: the look is a search of the bucket's bytes, 22 µs in a campaign's bucket of 300 SMS
-    (36 KB), most of an insert's cost there; ``scan`` knows every id it has indexed.
+    Why: the look is a search of the bucket's bytes, most of an insert's cost in a campaign's
+    bucket of hundreds of SMS; ``scan`` knows every id it has indexed.
     ``at``: where the entry goes in ``raw`` (a bucket with a header), when the caller's walk over
     it has found that (``BucketIndex._probe``'s ``spots``); used only where no entry of the id is
     looked for, and otherwise found by walking the entries' heads again (``_insert_at``)."""
@@ -359,8 +359,8 @@ def ref_hash(det: int, ident: str) -> int:
 
     Why not mmh3 of the payload key, as at first: a sweep hashes every entry of every kept bucket
     (32 a news document, more where copies share buckets), and building the key and unpacking
-    mmh3's tuple cost about 850 ns an entry against 185 for this; on 150,000 THUCNews articles over
-    three windows the sweeps took 15 % longer than with the set of pairs it replaced."""
+    mmh3's tuple cost several times more an entry than this; on news over three windows the
+    sweeps took longer than with the set of pairs it replaced."""
     return hash((det, ident))
 
 
@@ -373,10 +373,9 @@ class HashSet:
     Python set of them cost over 100 bytes an id. Two references with one hash (a chance of about one
     in a million at 6 million) mean a payload that no entry refers to is kept: space, never a verdict.
     Why a list and a merge of two sorted runs, not an ``array('q')`` and ``np.union1d`` as at first:
-    ``array.extend`` from a list costs about 78 ns an int against 25 for ``np.array``, and numpy 2's
-    ``unique`` took 0.67 s for a million values against 0.014 for ``sort``. Adding a million documents'
-    references (32 million, each document's spread over the walk as its buckets are) took 36 s
-    that way, 9 s this way, of which about 4.5 are the loop that hashes them."""
+    ``array.extend`` from a list costs several times ``np.array``'s, and numpy 2's ``unique`` many
+    times ``sort``'s: adding a million documents' references (32 million, each document's spread
+    over the walk as its buckets are) took several times longer that way."""
 
     def __init__(self, buffer: int = 1 << 18):
         self.sorted = np.empty(0, np.int64)

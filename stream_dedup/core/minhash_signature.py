@@ -32,7 +32,7 @@ class MinHasher:
         if hashes.size == 0:
             return np.full(self.num_perm, 0xFFFFFFFF, dtype=np.uint32)
         # (num_perm x n), two in-place passes: x >> 32 is monotonic, so the shift moves after the
-        # minimum (num_perm shifts instead of n * num_perm); together 4x faster than the plain
+        # minimum (num_perm shifts instead of n * num_perm); together much faster than the plain
         # expression. Array arithmetic on uint64 wraps silently, as multiply-shift wants.
         perm = np.multiply(self._a_col, hashes.astype(np.uint64, copy=False))
         np.add(perm, self._b_col, out=perm)

@@ -1,9 +1,9 @@
 """Word segmenters: jieba's algorithm and dictionary, in Python (jieba) or in Rust (rjieba, jieba-rs).
 
-Word segmentation was about 60 % of ``scan``'s time on news with Python jieba. rjieba runs the same
+Word segmentation was most of ``scan``'s time on news with Python jieba. rjieba runs the same
 algorithm (prefix-dictionary DAG, maximum-probability route, HMM for unknown runs) on the same
-dictionary 8-10x faster, but jieba-rs departs from jieba 0.42.1 in two places that change tokens
-on 26 % of news articles (URLs, dates, ranges) and about 3 % of headlines and SMS:
+dictionary much faster, but jieba-rs departs from jieba 0.42.1 in two places that change tokens
+of many news articles (URLs, dates, ranges) and a few headlines and SMS:
 
 * inside an unknown run, Python jieba's HMM step (``finalseg``) splits non-Han characters with
   ``([a-zA-Z0-9]+(?:\\.\\d+)?%?)``, so ``x.x`` and ``70-119`` become ``x . x`` and ``70 - 119``;
@@ -57,7 +57,7 @@ class JiebaRs:
         if user_dict:  # a dictionary of its own: user words must not reach other users of rjieba
             self._rj = rjieba.Jieba()
             self.load_userdict(user_dict)
-        else:  # rjieba builds a default instance on import (0.09 s): use it rather than build another
+        else:  # rjieba builds a default instance on import: use it rather than build another
             self._rj = rjieba.cut.__self__  # type: ignore[attr-defined]  # the bound method's instance
         self._cut, self._is_word = self._rj.cut, self._rj.has_word
 
@@ -173,11 +173,11 @@ _loaded: dict[tuple[str | None, str], Segmenter] = {}
 
 
 def load(user_dict: str | None, segmenter: str = "rjieba") -> Segmenter:
-    """One segmenter per (user dictionary, kind) and process: loading a dictionary takes 0.1-0.5 s.
+    """One segmenter per (user dictionary, kind) and process: loading a dictionary takes a while.
 
     Built under a lock and looked up again inside it, so threads that ask at once (a program that
     uses the ``Deduper`` from several threads) share one segmenter: the ``lru_cache`` this replaced
-    built one per caller that raced it, a second 0.1 s and a second dictionary each."""
+    built one per caller that raced it, a second load and a second dictionary each."""
     seg = _loaded.get((user_dict, segmenter))
     if seg is not None:
         return seg

@@ -55,7 +55,7 @@ class Preparer:
         tables, the HTML parser (``html``). A worker calls it before it joins its group: else the
         first batch of every partition it is given waits behind those loads (the Kafka benchmark saw
         seconds of latency at the start of a run). ``scan`` leaves out the HTML parser (trafilatura's
-        import and stop lists, about 0.35 s): a text-only file never needs it. Returns the seconds
+        import and stop lists): a text-only file never needs it. Returns the seconds
         it took."""
         t0 = time.perf_counter()
         self.tokenizer.words("预热分词词典")

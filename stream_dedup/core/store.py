@@ -141,9 +141,9 @@ class Buffered(MutableMapping):
     """A ``KVStore`` behind a dict of the latest writes, written to it in one batch when the dict
     holds ``max_entries`` keys or ``max_bytes`` of keys and values, and by ``flush``.
 
-    Why (``scan``, the embedded engine): each RocksDB call through Python costs 1-2 µs, and an SMS
-    makes about six writes (its n-gram buckets, its digest) and a read per detector; a dict costs
-    a tenth of that. It was about a quarter of judging an SMS (``bench/stages.py``). The batch
+    Why (``scan``, the embedded engine): each RocksDB call through Python costs far more than a
+    dict's, and an SMS makes about six writes (its n-gram buckets, its digest) and a read per
+    detector: a good part of judging an SMS (``bench/stages.py``). The batch
     bounds the memory; a run whose folder is kept is written out by ``flush`` on close, and a
     temporary one is deleted unwritten. Reads of keys the dict does not hold go to RocksDB, unless
     nothing was ever written there (``on_disk``): a fresh run reads only the dict until its first
@@ -285,8 +285,7 @@ class Tiered(MutableMapping):
     Why (the embedded engine's per-document records): ``scan`` and the ``Deduper`` keep a state per
     document, for its final verdict, its revisions and its cluster, and its first content's digest
     for the id check: with ``scan``'s list of ids, about 1 KB a document as Python objects. All in
-    dicts, the memory grew with the input without end: a scan of ten million documents needed some
-    10 GB. The workers keep theirs in Faust tables, on disk.
+    dicts, the memory grew with the input without end. The workers keep theirs in Faust tables, on disk.
 
     A write goes to the dict, at its newest end. When the dict holds more than ``hot_max``, its
     oldest quarter goes to ``cold`` at once. A read that misses the dict decodes from ``cold`` and
@@ -357,12 +356,12 @@ class Generations(MutableMapping):
     the clock passes a span the oldest folder is deleted whole and a new one opened.
 
     Why (a long-lived ``Deduper``): its per-document records that left memory went to one folder that
-    grew with every document checked, about 0.15 KB each, until ``close``: some 15 GB over 100
-    million documents. The workers' tables forget a record two windows after its last write
-    (RocksDB TTL). Here a record last written at ``t`` is gone by ``t + keep * span`` and kept at
-    least until ``t + (keep - 1) * span``, and forgetting costs a folder deletion: no walk over the
-    records, no per-record timestamps, no compaction to wait for. A record rewritten (a cluster's
-    original, with every copy that joins) moves to the newest folder and stays while it is."""
+    grew with every document checked until ``close``, without bound. The workers' tables forget a
+    record two windows after its last write (RocksDB TTL). Here a record last written at ``t`` is
+    gone by ``t + keep * span`` and kept at least until ``t + (keep - 1) * span``, and forgetting
+    costs a folder deletion: no walk over the records, no per-record timestamps, no compaction to
+    wait for. A record rewritten (a cluster's original, with every copy that joins) moves to the
+    newest folder and stays while it is."""
 
     def __init__(self, open_gen: Callable[[int], "Buffered"], span: int, keep: int = 3, now: int = 0):
         if keep < 2 or span < 1:

@@ -114,7 +114,7 @@ def normalize(text: str, *, t2s: bool = True) -> str:
     if t2s:
         s = to_simplified(s)
     # runs of whitespace to one space, stripped: str.split's whitespace is re's \s (both
-    # ``Py_UNICODE_ISSPACE``), and the split and join cost a third of ``re.sub(r"\s+", " ", s)``
+    # ``Py_UNICODE_ISSPACE``), and the split and join cost less than ``re.sub(r"\s+", " ", s)``
     s = " ".join(_fold_punct(s).casefold().split())
     return _SPACE_AROUND.sub("", s) if " " in s else s
 

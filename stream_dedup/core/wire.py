@@ -174,8 +174,7 @@ class Prepared(_Wire):
         """Pickled as the arguments of ``__init__``, which are its wire fields in their order. Why:
         ``scan``'s judging process unpickles every document its preparing processes send, and a
         dataclass's default pickle (a bare object, then its ``__dict__`` set field by field) took
-        twice as long to load: a few per cent of that process's work, the
-        busier of the two."""
+        longer to load, in the busier of the two processes."""
         return Prepared, tuple(self._wire())
 
     def _json(self) -> bytes:

@@ -67,7 +67,7 @@ class Delivery:
 class BulkSender:
     """Records appended straight to aiokafka's open producer batches, one delivery future per batch.
 
-    Why: aiokafka's ``send`` costs about 10 µs of Python per record (the metadata wait, the
+    Why: aiokafka's ``send`` runs much Python per record (the metadata wait, the
     partitioner's sets, a ``TopicPartition``, a debug log call, a future per record resolved on
     delivery), and a worker sends about ten records per SMS (seven changelog records, verdicts,
     unique or duplicate). Here a record is appended to the partition's open ``MessageBatch`` by its
@@ -76,7 +76,7 @@ class BulkSender:
     resolves (or fails) with every record in it. When the open batch is full or closed, the
     record takes aiokafka's ``add_message``, which waits for room: until the one request in flight
     to the broker is answered and the full batch has left in the next. ``worker.producer_batch_bytes``
-    (256 KB) keeps that rare; with Faust's 16 KB the index agent waited so for most of its batches.
+    keeps that rare; with Faust's default the index agent waited so for most of its batches.
     Records land in the same batches, in the same order, with the same partitioning (``partition``
     None: aiokafka's partitioner on the key, murmur2 as Java's) as through ``send``.
     The accumulator's private layout is checked once; where it differs (another aiokafka), every

@@ -2,8 +2,8 @@
 
 Why the bound: a dead-letter record carries the original bytes in base64, a third larger than
 they are, and a Kafka broker refuses a message over its limit (``message.max.bytes``, 1 MB by
-default; the producer's ``max_request_size`` is 1,000,000 bytes). So a rejected event of 800 KB
-made a 1.07 MB record that the broker refused, and the event was gone: no verdict, no dead letter,
+default; the producer's ``max_request_size`` is 1,000,000 bytes). So a rejected event somewhat under
+the limit made a record over it, which the broker refused, and the event was gone: no verdict, no dead letter,
 its offset committed. A record here is at
 most ``MAX_RECORD_BYTES``; an original too long for that keeps its first bytes, and the record says
 so (``original_truncated``, ``original_bytes``). Its ``topic``, ``partition`` and ``offset`` still

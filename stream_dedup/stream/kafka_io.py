@@ -91,8 +91,8 @@ def end_reader(settings: Settings, group: str):
     Why the short wait: a fetch at a partition's end is held by the broker for up to
     ``fetch.wait.max.ms`` (librdkafka's default, 500 ms) in case records come, and only its answer
     brings the end-of-partition event. A partition whose last offset is a transaction marker ends
-    no other way, so ``status``, which reads every lagging partition so, took 0.67 s at 18
-    partitions with 0.5 s of it that wait (``bench/status_scale.py``)."""
+    no other way, so ``status``, which reads every lagging partition so, spent most of its time in
+    that wait (``bench/status_scale.py``)."""
     return consumer(settings, group, **{"enable.partition.eof": True, "fetch.wait.max.ms": 10})
 
 

@@ -21,7 +21,7 @@ _BATCH_MESSAGES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 _VERDICT_LATENCY = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 # Pending observations of one series are counted into its buckets at a scrape or when this many
 # wait. Small: a pending value is a Python float in a list (32 bytes), and a worker nobody scrapes
-# observes hundreds a second; at 65,536 the soak test saw the five series hold ~10 MB between folds.
+# observes hundreds a second, and a large bound held megabytes between folds in the soak test.
 _FOLD_AT = 1 << 10
 
 
@@ -55,8 +55,8 @@ class BatchedHistogram:
     """A Prometheus histogram whose observations are counted into buckets at a scrape, not per call.
 
     Why: prometheus_client's ``Histogram.observe`` takes a lock and walks the bucket list in Python
-    (a few µs), and the workers observe once per message per stage and once per bucket write: in
-    the two-worker SMS profile that was 3-4 % of the workers' CPU. Here ``observe`` appends to a
+    and the workers observe once per message per stage and once per bucket write: a visible
+    share of the workers' CPU in a profile. Here ``observe`` appends to a
     list; ``collect`` (each scrape, or every ``_FOLD_AT`` values, which bounds the memory when
     nobody scrapes) counts them with one NumPy call per series. The exposition is the library's own
     (``HistogramMetricFamily``, registered as a custom collector), so scrapes read the same names,

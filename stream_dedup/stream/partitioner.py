@@ -22,8 +22,7 @@ def murmur2(data: bytes) -> int:
     """Kafka's murmur2 of ``data``, equal to aiokafka's ``murmur2`` (an unsigned 32-bit int).
 
     Why not aiokafka's: it assembles each 4-byte word from single bytes and masks after every
-    step; ``struct`` reads the words at once and a product is masked once, 1.9x faster on a
-    20-byte key)."""
+    step; ``struct`` reads the words at once and a product is masked once, which is faster."""
     n = len(data)
     h = _SEED ^ n
     for k in struct.unpack_from(f"<{n >> 2}I", data):

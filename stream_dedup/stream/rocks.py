@@ -86,10 +86,10 @@ class BoundedOptions(faust_rocksdb.RocksDBOptions):
         opts.set_write_buffer_manager(self.budget.write_buffers)
         # a memtable reserves arena blocks of write_buffer_size / 8 (1 MiB) by default: 18 nearly
         # empty ones would already exceed a small budget's memtable half and flush each other
-        # nonstop (1,720 flushes of one database in 10 minutes at a 16 MiB budget)
+        # nonstop
         opts.set_arena_block_size(ARENA_BLOCK)
         # RocksDB's own info log: one file per database that grows by every flush and compaction
-        # line forever (10 MB in 10 minutes above); kept small and rolled, no periodic stats dumps
+        # line forever; kept small and rolled, no periodic stats dumps
         opts.set_max_log_file_size(INFO_LOG_BYTES)
         opts.set_keep_log_file_num(INFO_LOGS_KEPT)
         opts.set_stats_dump_period_sec(0)

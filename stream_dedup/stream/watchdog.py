@@ -158,7 +158,7 @@ class ChangelogIdleFilter:
     Why: a worker writes its tables' changelogs and, once it has recovered them, no stream reads
     the partitions of its active tables; Faust's check still finds their end offset moving past a
     position that never moves, and logs a multi-line error for each such partition every few
-    seconds (4.5 MB per worker in a 30-minute soak, 9 partitions of 3 tables). It is no fault, and
+    seconds, megabytes of log per worker in a soak. It is no fault, and
     the stream topics, where a stall would be one, are watched by ``StallDetector``. Faust's other
     checks, and this one for every topic that is not a changelog, are kept.
     """

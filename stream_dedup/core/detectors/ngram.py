@@ -41,8 +41,8 @@ Payload: the count of the skeleton's distinct words (2 bytes), their 32-bit mmh3
 then the skeleton with the digits of its long numbers. The words are found when the text is
 sketched, in the stateless stage that ``scan`` spreads over processes and the workers over
 partitions, so that the stateful stage, which sees every document in turn, neither segments nor
-loads a dictionary (segmenting at verify time cost an SMS scan's judging process 0.09 s of
-dictionary loading and ~8 % of its judging).
+loads a dictionary (segmenting at verify time made an SMS scan's judging process load the
+dictionary and spend a good part of its judging there).
 A count of 0 (payloads of the previous version, or a text of more than 65,535 words) means
 "segment the skeleton": those are still read.
 """
@@ -99,7 +99,7 @@ def winnow(hashes: np.ndarray, w: int) -> list[int]:
         return [int(hashes.min())]
     # the window view by its strides (``sliding_window_view``'s checks cost more than the arg-min
     # of a short text), and repeats dropped as neighbours (positions never move left) instead of
-    # sorted away by ``np.unique``: 12-25 µs instead of 38-55 for a text of 60-300 grams
+    # sorted away by ``np.unique``: several times cheaper for a text of a few hundred grams
     step = hashes.strides[0]
     pos = np.lib.stride_tricks.as_strided(hashes, (hashes.size - w + 1, w), (step, step)).argmin(axis=1)
     pos += np.arange(pos.size)
@@ -284,8 +284,8 @@ class NgramDetector(Detector):
         return [tuple(dict.fromkeys(k)) for k in out]
 
     def prefetch(self, docs: "list[Doc]") -> None:
-        """The keys of the whole batch in one pass (``winnow_many``): an SMS's keys cost ~4 µs in a
-        batch of 1,024, 25-45 alone (a batch smaller than ``SMALL_BATCH`` is keyed text by text)."""
+        """The keys of the whole batch in one pass (``winnow_many``): an SMS's keys cost several times
+        less in a large batch than alone (a batch smaller than ``SMALL_BATCH`` is keyed text by text)."""
         for d, keys in zip(docs, self._keys_many([self.skeleton(d) for d in docs])):
             d.cache[self._cache_key] = keys + self._number_keys(d)
 

@@ -35,8 +35,8 @@ class SimhashDetector(Detector):
 
     def features(self, doc: "Doc") -> tuple[np.ndarray, np.ndarray] | None:
         """The distinct words' hashes and their TF-IDF weights; None below ``min_features`` words.
-        Hashed once here, for the IDF lookup and the fingerprint (two hashings were 5 % of a news
-        article's preparing)."""
+        Hashed once here, for the IDF lookup and the fingerprint (two hashings were a visible share
+        of a news article's preparing)."""
         tf = Counter(doc_words(doc, self.tokenizer))
         if len(tf) < self.min_features:
             return None
