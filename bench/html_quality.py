@@ -12,6 +12,10 @@ in-process engine (the code the workers run) over the same events:
   same-site ones (the template trap);
 * docs/s: pages per second, extraction included.
 
+"default, template table" first learns a template table from these same events
+(``stream-dedup template build``, each page's source the site of its template, ``--min-docs``):
+no label is read, as a user would learn one from a sample of the stream.
+
 With ``--corpus html_dev`` (132 pages of 70 sites, ../shared/data/html_dev) a second table gives, per
 template site, what extraction keeps of an article written into that site's template: recall (the
 share of the article's 5-character shingles found in the extraction of the swapped page) and
@@ -38,13 +42,28 @@ from stream_dedup.config import Settings  # noqa: E402
 from stream_dedup.core.engine import Engine  # noqa: E402
 from stream_dedup.core.html import extract_blocks  # noqa: E402
 
-CONFIGS = {"default (auto)": "auto", "structure only": ["structure"], "simhash only": ["simhash"],
-           "minhash only": ["minhash"], "imatch only": ["imatch"]}
+CONFIGS = {"default (auto)": "auto", "default, template table": "auto", "structure only": ["structure"],
+           "simhash only": ["simhash"], "minhash only": ["minhash"], "imatch only": ["imatch"]}
 
 
-def judge(events: list[dict], group: dict[str, str], detectors) -> dict:
+def learn_template(events: list[dict], min_docs: int) -> Path:
+    """A template table learned from these events (``stream-dedup template build``), each page's
+    source its template's site: unsupervised, from the stream itself, as a user would build one."""
+    from stream_dedup.cli.template_build import build_template
+
+    work = Path(tempfile.mkdtemp(prefix="html-template-"))
+    sample = work / "sample.jsonl"
+    with sample.open("w", encoding="utf-8") as f:
+        for ev in events:
+            f.write(json.dumps(ev, ensure_ascii=False) + "\n")
+    build_template(Settings(), str(sample), min_docs=min_docs).save(work / "template.json")
+    return work / "template.json"
+
+
+def judge(events: list[dict], group: dict[str, str], detectors, template: Path | None = None) -> dict:
     s = Settings()
     s.engine.detectors = detectors
+    s.text.template = template
     with tempfile.TemporaryDirectory() as tmp, Engine(s, tmp) as e:
         t0 = time.perf_counter()
         for ev in events:
@@ -68,27 +87,38 @@ def judge(events: list[dict], group: dict[str, str], detectors) -> dict:
             "examples_fp": wrong[:5], "missed": [i for i in should if i not in found][:10]}
 
 
-def extraction_by_site(events: list[dict], pages: dict[str, str]) -> list[list]:
-    """Per template site: swaps, mean extraction recall and template leak (see the module docstring)."""
-    def text(html: str) -> str:
-        return "".join("".join(t.split()) for _, t in extract_blocks(html))
+def extraction_by_site(events: list[dict], pages: dict[str, str], template: Path | None = None) -> list[list]:
+    """Per template site: swaps, mean extraction recall and template leak (see the module docstring),
+    and both again with the template table's blocks left out."""
+    from stream_dedup.core.template import TemplateTable
+
+    table = TemplateTable.load(template) if template else None
+
+    def text(html: str, source: str = "") -> str:
+        blocks = [t for _, t in extract_blocks(html)]
+        if source and table is not None:
+            blocks = [t for t, k in zip(blocks, table.keep(source, blocks)) if k]
+        return "".join("".join(t.split()) for t in blocks)
 
     article = {name: shingles(text(h)) for name, h in pages.items()}
-    by_site: dict[str, list[tuple[float, float]]] = {}
+    by_site: dict[str, list[tuple[float, ...]]] = {}
     for ev in events:
         if "@" not in ev["id"]:
             continue
         src, tpl = ev["id"].split("@")
-        got = shingles(text(ev["html"]))
         want = article[src]
-        recall = len(got & want) / max(1, len(want))
-        leak = len(got - want) / max(1, len(got))
-        by_site.setdefault(site(tpl), []).append((recall, leak))
-    rows = [[s, len(v), round(sum(r for r, _ in v) / len(v), 4), round(sum(lk for _, lk in v) / len(v), 4)]
-            for s, v in sorted(by_site.items())]
+        row: list[float] = []
+        for got in (shingles(text(ev["html"])), shingles(text(ev["html"], ev["source"]))) if table else \
+                (shingles(text(ev["html"])),):
+            row += [len(got & want) / max(1, len(want)), len(got - want) / max(1, len(got))]
+        by_site.setdefault(site(tpl), []).append(tuple(row))
+
+    def means(v: list[tuple[float, ...]]) -> list[float]:
+        return [round(sum(x[i] for x in v) / len(v), 4) for i in range(len(v[0]))]
+
+    rows = [[s, len(v), *means(v)] for s, v in sorted(by_site.items())]
     every = [x for v in by_site.values() for x in v]
-    rows.append(["all", len(every), round(sum(r for r, _ in every) / len(every), 4),
-                 round(sum(lk for _, lk in every) / len(every), 4)])
+    rows.append(["all", len(every), *means(every)])
     return rows
 
 
@@ -100,6 +130,7 @@ def main() -> None:
     ap.add_argument("--against", type=Path, nargs="*", default=[], metavar="CHECKOUT",
                     help="also time scan of these events by this checkout and these, alternated")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each checkout for --against")
+    ap.add_argument("--min-docs", type=int, default=5, help="the template table's --min-docs")
     a = ap.parse_args()
     need_shared()
     folder = SHARED / a.corpus
@@ -110,10 +141,13 @@ def main() -> None:
     group = {ev["id"]: group[ev["id"]] for ev in events}
     if big:
         print(f"left out {len(big)} pages over text.max_chars ({limit}): {big[:5]}", flush=True)
+    for ev in events:  # each page's source: the site of its template
+        ev["source"] = site(ev["id"].split("@")[-1])
+    template = learn_template(events, a.min_docs) if "default, template table" in a.configs else None
     rows, out = [], []
     for name in a.configs:
         dets = CONFIGS[name]
-        r = judge(events, group, dets)
+        r = judge(events, group, dets, template if "template" in name else None)
         rows.append([name, len(events), r["should"], r["found"], round(r["recall"], 4), r["false_positives"],
                      r["same_site_fp"], round(r["precision"], 4), round(r["f1"], 4), round(r["docs_per_s"], 1)])
         out.append({"config": name, **r})
@@ -124,8 +158,11 @@ def main() -> None:
     extraction = []
     if a.corpus != "news/html":
         name = "html_quality_" + folder.name
-        extraction = extraction_by_site(events, load_pages(folder))
-        text += "\n\n" + table(["template site", "swaps", "extraction recall", "template leak"], extraction)
+        extraction = extraction_by_site(events, load_pages(folder), template)
+        cols = ["template site", "swaps", "extraction recall", "template leak"]
+        if template:
+            cols += ["recall, table", "leak, table"]
+        text += "\n\n" + table(cols, extraction)
     speed = []
     if a.against:
         from common import REPO, checkouts, speed_rows

@@ -95,6 +95,9 @@ class TextSettings(_Section):
     user_dict: Annotated[Path | None, Meta(description="jieba user dictionary (word [freq [tag]] per line)")] = None
     stopwords: Annotated[Path | None, Meta(description="stop-word list, one per line (default: the shipped list)")] = None
     idf: Annotated[Path | None, Meta(description="IDF table built by `stream-dedup idf build` (default: the shipped one)")] = None
+    template: Annotated[Path | None, Meta(description="template table built by `stream-dedup template build` from a sample "
+                        "of the stream: the lines and affixes that recur on many different documents of a source "
+                        "(event `source`, else the URL's host) are left out of fingerprints (default: none)")] = None
     max_chars: Annotated[int, Meta(gt=0, description="longer texts are rejected to the DLQ")] = 2_000_000
     max_html_depth: Annotated[int, Meta(gt=0, le=255, description="deeper HTML is rejected to the DLQ (libxml2 itself stops nesting at 256)")] = 200
     short_chars: Annotated[int, Meta(ge=0, description="texts with fewer normalized chars are 'short' (SMS, headlines)")] = 200

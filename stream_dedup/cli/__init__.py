@@ -35,6 +35,14 @@ class Ctx:
                 sys.exit(EXIT_USAGE)
             if self.bootstrap:
                 s.kafka.bootstrap = self.bootstrap
+            if s.text.template:  # a bad table is a usage error, said before any work starts
+                from ..core.template import TemplateTable
+
+                try:
+                    TemplateTable.load(s.text.template)
+                except ValueError as e:
+                    click.echo(f"stream-dedup: text.template: {e}", err=True)
+                    sys.exit(EXIT_USAGE)
             self._settings = s
         return self._settings
 
@@ -122,6 +130,29 @@ def idf_build(c: Ctx, corpus: str, out: str, field: str, limit: int | None) -> N
     table = build_idf_from_jsonl(corpus, field=field, limit=limit, settings=c.settings.text, progress=True)
     table.save(out)
     click.echo(f"wrote {out}: {len(table)} words from {table.docs} documents", err=True)
+
+
+@main.group()
+def template() -> None:
+    """Build the template table: lines and affixes that recur on many documents of a source."""
+
+
+@template.command("build")
+@click.argument("sample", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="output table (JSON)")
+@click.option("--min-docs", type=click.IntRange(min=2), default=5, show_default=True,
+              help="a unit is template when the originals of this many clusters of one source carry it")
+@click.option("--max-per-source", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="most units a source keeps (those on the most clusters)")
+@pass_ctx
+def template_build(c: Ctx, sample: str, out: str, min_docs: int, max_per_source: int) -> None:
+    """Learn a template table from SAMPLE.jsonl, page events of the stream (set it as text.template)."""
+    from .template_build import build_template
+
+    table = build_template(c.settings, sample, min_docs=min_docs, max_per_source=max_per_source)
+    table.save(out)
+    click.echo(f"wrote {out}: {len(table)} template units of {len(table.sources)} sources, "
+               f"from {table.docs} documents (one per cluster)", err=True)
 
 
 # ----------------------------------------------------------------------------- Kafka

@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from .hashing import digest128
 from .text import normalize
+
+if TYPE_CHECKING:
+    from .template import TemplateTable
 
 
 #: Every reason code a dead-letter record can carry (README: "Bad input and limits").
@@ -59,6 +62,8 @@ class Doc:
 SAMPLE_CHARS = 60
 # the note of an HTML page whose main content holds no article text (``html.has_article``)
 NO_ARTICLE = "no_article_text"
+# the note of an HTML page whose article text is all template lines of its source (``text.template``)
+TEMPLATE_ONLY = "template_only"
 
 
 @dataclass(frozen=True)
@@ -196,26 +201,50 @@ def validate(event: dict, default_ts: int | None = None, limits: Limits = Limits
 
 
 def make_doc(ident: str, ts: int, kind: str, body: str, *, title: str | None = None, rank: float | None = None,
-             t2s: bool = True, limits: Limits = Limits()) -> Doc:
-    blocks, note = None, None
+             t2s: bool = True, limits: Limits = Limits(), source: str = "",
+             template: "TemplateTable | None" = None) -> Doc:
+    """``template``: the units of ``source`` it holds are left out of the text (``core.template``)."""
     if kind == "html":
-        from .html import extract_blocks, has_article, page_text
-
-        raw = extract_blocks(body, max_depth=limits.max_html_depth)
-        if not has_article(raw):  # nothing to compare: unique, with the reason, if it has text at all
-            note, raw = NO_ARTICLE, [(0, page_text(body, max_depth=limits.max_html_depth))]
-        blocks = [(lvl, normalize(t, t2s=t2s)) for lvl, t in raw]
-        blocks = [(lvl, t) for lvl, t in blocks if t]
-        text = " ".join(t for _, t in blocks)
-        sample = sample_of(" ".join(t for _, t in raw))
-        if note:
-            blocks = []
-    else:
-        text = normalize(body, t2s=t2s)
-        sample = sample_of(body)
+        return _html_doc(ident, ts, body, title=title, rank=rank, t2s=t2s, limits=limits, source=source,
+                         template=template)
+    text = normalize(body, t2s=t2s)
+    if template is not None and template.units_of(source) and text:
+        lines = [t for t in (normalize(x, t2s=t2s) for x in body.splitlines()) if t]
+        kept = template.strip_text(source, lines)
+        if kept != lines:
+            text = normalize("\n".join(kept), t2s=t2s)
     if not text:
         raise Rejected("empty_text", "no text left after normalization")
-    return Doc(ident, ts, text, digest128(text), kind, title, rank, blocks, sample=sample, note=note)
+    return Doc(ident, ts, text, digest128(text), "text", title, rank, None, sample=sample_of(body))
+
+
+def _html_doc(ident: str, ts: int, body: str, *, title: str | None, rank: float | None, t2s: bool, limits: Limits,
+              source: str, template: "TemplateTable | None") -> Doc:
+    """An HTML page: its main content's blocks (``html.extract_blocks``) without its source's
+    template blocks; a page with no article text left is noted, never compared."""
+    from .html import extract_blocks, has_article, page_text
+
+    note = None
+    raw = extract_blocks(body, max_depth=limits.max_html_depth)
+    blocks = [(lvl, normalize(t, t2s=t2s)) for lvl, t in raw]
+    if template is not None and template.units_of(source) and has_article(raw):
+        keep = template.keep(source, [t for _, t in raw], t2s=t2s)
+        if not all(keep):
+            raw = [r for r, k in zip(raw, keep) if k]
+            blocks = [b for b, k in zip(blocks, keep) if k]
+            if not has_article(raw):
+                note = TEMPLATE_ONLY
+    if not note and not has_article(raw):  # nothing to compare: unique, with the reason, if it has text at all
+        note = NO_ARTICLE
+    if note:
+        raw = [(0, page_text(body, max_depth=limits.max_html_depth))]
+        blocks = [(lvl, normalize(t, t2s=t2s)) for lvl, t in raw]
+    blocks = [(lvl, t) for lvl, t in blocks if t]
+    text = " ".join(t for _, t in blocks)
+    if not text:
+        raise Rejected("empty_text", "no text left after normalization")
+    return Doc(ident, ts, text, digest128(text), "html", title, rank, [] if note else blocks,
+               sample=sample_of(" ".join(t for _, t in raw)), note=note)
 
 
 def sample_of(text: str) -> str:

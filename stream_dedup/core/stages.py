@@ -24,6 +24,7 @@ from .document import Doc, Limits, Rejected, make_doc, parse_event, validate
 from .exact import ExactStore
 from .idf import load_idf
 from .index import BucketIndex
+from .template import TemplateTable, source_of
 from .tokenize import WordTokenizer
 from .verdict import Candidate, Cluster, DocState, Verdict
 from .wire import Prepared, Probe, ToDecide, _decode, _dumps, _encode
@@ -48,6 +49,7 @@ class Preparer:
         tokenize.set_cache_size(t.token_cache)
         self.tokenizer = WordTokenizer.from_settings(t)
         self.idf = load_idf(str(t.idf) if t.idf else None)
+        self.template = TemplateTable.load(t.template) if t.template else None
         self.detectors: list[Detector] = build_detectors(settings, self.tokenizer, self.idf)
 
     def warm(self, html: bool = True) -> float:
@@ -71,8 +73,10 @@ class Preparer:
         event = parse_event(raw, self.limits)
         now = int(self.clock() * 1000) if self.clock is not None else default_ts
         ident, ts, kind, body = validate(event, default_ts, self.limits, now)
+        source = source_of(event.get("source"), event.get("url")) if self.template is not None else ""
         return make_doc(ident, ts, kind, body, title=event.get("title"), rank=event.get("rank"),
-                        t2s=self.settings.text.traditional_to_simplified, limits=self.limits)
+                        t2s=self.settings.text.traditional_to_simplified, limits=self.limits, source=source,
+                        template=self.template)
 
     def sketch(self, doc: Doc) -> Prepared:
         sketches = []

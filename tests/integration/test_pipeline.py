@@ -450,3 +450,35 @@ def test_whole_clusters_through_two_workers_are_scans(kafka_settings, tmp_path):
     kafka_settings.topics.partitions = 4
     apply(kafka_settings)
     judged_as_scan_judges(kafka_settings, tmp_path, events, ["w0", "w1"], timeout=300)
+
+
+def test_workers_leave_a_template_tables_units_out_as_scan_does(kafka_settings, tmp_path):
+    """A template table learned from the stream (an SMS gateway's signature) is loaded by every
+    worker's prepare stage as by scan's: the same verdicts, the signature no longer a match."""
+    from stream_dedup.cli.template_build import build_template
+    from tests.unit.test_template import sms_sample
+
+    events = sms_sample(1200)
+    sample = tmp_path / "sample.jsonl"
+    sample.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events), encoding="utf-8")
+    table = build_template(kafka_settings, str(sample), min_docs=5)
+    assert set(table.sources) == {"gw1"}
+    table.save(tmp_path / "template.json")
+    plain = scan_verdicts(kafka_settings, events)
+    kafka_settings.text.template = tmp_path / "template.json"
+    expected = scan_verdicts(kafka_settings, events)
+    signed = [e["id"] for e in events if e["source"] == "gw1"]
+    # the table is in effect (so workers that judge as this scan loaded it)
+    assert sum(plain[i][0] == "duplicate" for i in signed) > sum(expected[i][0] == "duplicate" for i in signed) + 3
+    kafka_settings.topics.partitions = 4
+    apply(kafka_settings)
+    workers = Workers(kafka_settings, tmp_path)
+    try:
+        for name in ("w0", "w1"):
+            workers.start(name, STREAM_DEDUP_TEXT__TEMPLATE=str(tmp_path / "template.json"))
+        got, _ = run_and_collect(kafka_settings, events, timeout=300)
+    finally:
+        workers.stop_all()
+    assert set(got) == set(expected)
+    diverged = {i: (got[i], expected[i]) for i in expected if key_of(got[i]) != expected[i]}
+    assert not diverged, (len(diverged), list(diverged.items())[:5], workers.notable())
