@@ -167,7 +167,7 @@ def _strip_affixes(line: str, units: frozenset[int]) -> str:
 
 class TemplateLearner:
     """Counts, per source, how many clusters' originals carry each unit; bounded by ``max_units``
-    counters (when full, the units seen once are dropped: a template unit recurs)."""
+    counters (when full, the rarest are dropped: a template unit recurs)."""
 
     def __init__(self, min_docs: int = 5, max_per_source: int = 2000, max_units: int = 4_000_000):
         self.min_docs = min_docs
@@ -181,7 +181,14 @@ class TemplateLearner:
         self.docs += 1
         self.counts.update((source, unit_hash(u)) for u in set(units))
         if len(self.counts) > self.max_units:
-            self.counts = Counter({k: n for k, n in self.counts.items() if n > 1})
+            self._prune()
+
+    def _prune(self) -> None:
+        """Down to three quarters of the bound: the units seen once go first, then those seen twice..."""
+        floor = 1
+        while len(self.counts) > self.max_units * 3 // 4:
+            self.counts = Counter({k: n for k, n in self.counts.items() if n > floor})
+            floor += 1
 
     def table(self) -> TemplateTable:
         by_source: dict[str, list[tuple[int, int]]] = {}
