@@ -202,3 +202,25 @@ def test_ngram_bottom_keys_are_the_same_alone_and_in_a_batch_beyond_the_plain_pa
     assert len(sks) >= SMALL_BATCH
     assert ng._keys_many(sks) == [ng._keys_alone(sk) for sk in sks]
     assert all(set(bottom(shingle_hashes_list(sk, ng.m, (1 << 62) - 1))) <= set(ng._keys_alone(sk)) for sk in sks)
+
+
+def test_grams_with_a_masked_number_are_keys_only_where_a_window_has_no_other(prep):
+    """Dates and amounts ("#月#日", "价值#元") recur on countless different messages: their grams
+    are no keys while a window holds another gram; a text of nothing else still gets keys."""
+    from stream_dedup.core.detectors.ngram import DEMOTED
+    from stream_dedup.core.hashing import shingle_hashes_list
+
+    ng = det(prep, "ngram")
+    texts = {"a": "本店于3月8日至3月12日举行三八节回馈活动，全场八折，价值99元礼品免费送",
+             "b": "我们学校4月2日至4月6日放假，请各位家长注意孩子安全，价值无法估量"}
+    for ident, text in texts.items():
+        d = doc(prep, text, ident)
+        sk = ng.skeleton(d)
+        numbered = {h for i, h in enumerate(shingle_hashes_list(sk, ng.m, DEMOTED - 1)) if "#" in sk[i:i + ng.m]}
+        assert len(numbered) >= 5 and not numbered & {k & (DEMOTED - 1) for k in ng.keys(d)}
+    only = doc(prep, "3月8日至3月12日", "c")
+    assert ng.keys(only) and all(k >= DEMOTED for k in ng.keys(only))
+    # copies still share keys, alone and in a batch
+    a, a2 = doc(prep, texts["a"], "a"), doc(prep, texts["a"] + "回复TD退订", "a2")
+    ng.prefetch([a2])
+    assert set(ng.keys(a)) & set(ng.keys(a2))
