@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from typing import Iterable
 
 import msgspec
 
@@ -23,7 +24,7 @@ def build_template(settings: Settings, input_path: str, *, min_docs: int = 5, ma
     """The template table of the JSONL sample at ``input_path``."""
     plain = msgspec.structs.replace(settings, text=msgspec.structs.replace(settings.text, template=None))
     originals = _originals(plain, input_path, jobs)
-    learner = TemplateLearner(min_docs=min_docs, max_per_source=max_per_source)
+    learner = TemplateLearner(min_docs=min_docs, max_per_source=max_per_source, gram_m=plain.ngram.m)
     t2s = plain.text.traditional_to_simplified
     with open(input_path, "rb") as f:
         for raw in f:
@@ -41,9 +42,13 @@ def build_template(settings: Settings, input_path: str, *, min_docs: int = 5, ma
                     units = html_units(_page_blocks(body, plain.text.max_html_depth), t2s=t2s)
                 except Rejected:
                     continue
+                grams: Iterable[int] = ()
             else:
                 units = text_units(t for t in (normalize(x, t2s=t2s) for x in body.splitlines()) if t)
-            learner.add(source_of(event.get("source"), event.get("url")), units)
+                text = normalize(body, t2s=t2s)
+                short = len(text) <= plain.text.short_chars * 3 // 2  # the texts the ngram detector keys
+                grams = _grams(text, plain.ngram.m) if short else ()
+            learner.add(source_of(event.get("source"), event.get("url")), units, grams)
     return learner.table()
 
 
@@ -72,3 +77,14 @@ def _page_blocks(html: str, max_depth: int) -> list[str]:
     from ..core.html import all_blocks, extract_blocks, parse
 
     return [t for _, t in extract_blocks(html, max_depth=max_depth)] + [t for _, t in all_blocks(parse(html, max_depth))]
+
+
+def _grams(text: str, m: int) -> set[int]:
+    """The hashes of a short text's skeleton m-grams as the ngram detector keys them, those with a
+    masked number left out (they are last-resort keys already)."""
+    from ..core.detectors.ngram import DEMOTED
+    from ..core.hashing import shingle_hashes_list
+    from ..core.text import skeletons
+
+    sk = skeletons(text)[0]
+    return {h for i, h in enumerate(shingle_hashes_list(sk, m, DEMOTED - 1)) if "#" not in sk[i:i + m]}

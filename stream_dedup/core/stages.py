@@ -50,7 +50,8 @@ class Preparer:
         self.tokenizer = WordTokenizer.from_settings(t)
         self.idf = load_idf(str(t.idf) if t.idf else None)
         self.template = TemplateTable.load(t.template) if t.template else None
-        self.detectors: list[Detector] = build_detectors(settings, self.tokenizer, self.idf)
+        common = self.template.grams_for(settings.ngram.m) if self.template else frozenset()
+        self.detectors: list[Detector] = build_detectors(settings, self.tokenizer, self.idf, common)
 
     def warm(self, html: bool = True) -> float:
         """Load now what the first documents would otherwise load: the segmenter's dictionary, OpenCC's

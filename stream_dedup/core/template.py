@@ -8,10 +8,15 @@ sample is deduplicated first (a cluster counts once, so a story crawled a hundre
 make its own paragraphs template), then a unit of text that the originals of ``min_docs`` or more
 clusters of one source carry is template for that source.
 
-Units. An HTML page: each block of its main content. A text: each line, and the clauses at the
-start and the end of each line (an affix: a sender tag, a greeting, a signature, an opt-out tail),
-of which those that are template are cut off one by one from either end. Units are compared after
-``text.normalize``, by their 64-bit hash.
+The table also lists the short-text grams (``detectors.ngram``) that the originals of
+``COMMON_GRAM_DOCS`` clusters carry, on any source: the ngram detector keys a text by them only
+where a window has no other gram.
+
+Units. An HTML page: each block of the page (its whole template, not only its main content) and
+each line of a block. A text: each line, and the clauses at the start and the end of each line (an
+affix: a sender tag, a greeting, a signature, an opt-out tail), of which those that are template
+are cut off one by one from either end. Units are compared after ``text.normalize``, by their
+64-bit hash.
 
 Why a table built from a sample, not counts kept live by the workers: a verdict must not depend on
 the order in which the workers see the events (the convergence invariant: workers and ``scan``
@@ -35,6 +40,10 @@ FORMAT = "stream-dedup template"
 VERSION = 1
 # units of fewer characters are never template: a two-character clause ("好的") is content
 MIN_UNIT_CHARS = 3
+# a short-text gram (``detectors.ngram``) that the originals of this many clusters carry is common:
+# a bucket of it would hold that many different messages, each verified by every probe that meets it
+COMMON_GRAM_DOCS = 100
+MAX_COMMON_GRAMS = 20_000
 # clauses at either end of a line that may be an affix: a signature and a hotline, a tag and a greeting
 AFFIX_CLAUSES = 3
 # a clause ends at these marks (as ``text.normalize`` leaves them) or at white space
@@ -86,12 +95,21 @@ def unit_hash(unit: str) -> int:
 
 
 class TemplateTable:
-    """Per source, the hashes of its template units; loaded by every preparing process."""
+    """Per source, the hashes of its template units; and the short-text grams common on the whole
+    stream (``grams``, of ``gram_m`` characters: the ngram detector's keys only as a last resort).
+    Loaded by every preparing process."""
 
-    def __init__(self, sources: dict[str, frozenset[int]], min_docs: int, docs: int = 0):
+    def __init__(self, sources: dict[str, frozenset[int]], min_docs: int, docs: int = 0,
+                 grams: frozenset[int] = frozenset(), gram_m: int = 0):
         self.sources = sources
         self.min_docs = min_docs
         self.docs = docs  # the deduplicated documents it was learned from
+        self.grams = grams
+        self.gram_m = gram_m
+
+    def grams_for(self, m: int) -> frozenset[int]:
+        """The common grams, if they are of ``m`` characters (the ngram detector's ``m``)."""
+        return self.grams if m == self.gram_m else frozenset()
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.sources.values())
@@ -132,7 +150,8 @@ class TemplateTable:
 
     def save(self, path: str | Path) -> None:
         doc = {"format": FORMAT, "version": VERSION, "min_docs": self.min_docs, "docs": self.docs,
-               "sources": {s: sorted(f"{h:016x}" for h in hs) for s, hs in sorted(self.sources.items())}}
+               "sources": {s: sorted(f"{h:016x}" for h in hs) for s, hs in sorted(self.sources.items())},
+               "gram_m": self.gram_m, "grams": sorted(f"{h:016x}" for h in self.grams)}
         Path(path).write_text(json.dumps(doc, ensure_ascii=False, indent=0), encoding="utf-8")
 
     @classmethod
@@ -144,7 +163,8 @@ class TemplateTable:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
             raise ValueError(f"{path}: not a template table of version {VERSION} (stream-dedup template build)")
         sources = {s: frozenset(int(h, 16) for h in hs) for s, hs in doc["sources"].items()}
-        return cls(sources, int(doc["min_docs"]), int(doc.get("docs", 0)))
+        grams = frozenset(int(h, 16) for h in doc.get("grams", ()))
+        return cls(sources, int(doc["min_docs"]), int(doc.get("docs", 0)), grams, int(doc.get("gram_m", 0)))
 
 
 def _strip_affixes(line: str, units: frozenset[int]) -> str:
@@ -169,26 +189,26 @@ class TemplateLearner:
     """Counts, per source, how many clusters' originals carry each unit; bounded by ``max_units``
     counters (when full, the rarest are dropped: a template unit recurs)."""
 
-    def __init__(self, min_docs: int = 5, max_per_source: int = 2000, max_units: int = 4_000_000):
+    def __init__(self, min_docs: int = 5, max_per_source: int = 2000, max_units: int = 4_000_000,
+                 gram_m: int = 4, gram_docs: int = COMMON_GRAM_DOCS, max_grams: int = MAX_COMMON_GRAMS):
         self.min_docs = min_docs
         self.max_per_source = max_per_source
         self.max_units = max_units
         self.counts: Counter[tuple[str, int]] = Counter()
         self.docs = 0
+        self.gram_m, self.gram_docs, self.max_grams = gram_m, gram_docs, max_grams
+        self.gram_counts: Counter[int] = Counter()
 
-    def add(self, source: str, units: Iterable[str]) -> None:
-        """One cluster's original: its source and its units."""
+    def add(self, source: str, units: Iterable[str], grams: Iterable[int] = ()) -> None:
+        """One cluster's original: its source, its units, and (a short text) its grams' hashes."""
         self.docs += 1
         self.counts.update((source, unit_hash(u)) for u in set(units))
+        self.gram_counts.update(set(grams))
         if len(self.counts) > self.max_units:
-            self._prune()
+            self.counts = _pruned(self.counts, self.max_units)
+        if len(self.gram_counts) > self.max_units:
+            self.gram_counts = _pruned(self.gram_counts, self.max_units)
 
-    def _prune(self) -> None:
-        """Down to three quarters of the bound: the units seen once go first, then those seen twice..."""
-        floor = 1
-        while len(self.counts) > self.max_units * 3 // 4:
-            self.counts = Counter({k: n for k, n in self.counts.items() if n > floor})
-            floor += 1
 
     def table(self) -> TemplateTable:
         by_source: dict[str, list[tuple[int, int]]] = {}
@@ -197,4 +217,15 @@ class TemplateLearner:
                 by_source.setdefault(source, []).append((n, h))
         sources = {s: frozenset(h for _, h in sorted(hs, reverse=True)[:self.max_per_source])
                    for s, hs in by_source.items()}
-        return TemplateTable(sources, self.min_docs, self.docs)
+        common = sorted(((n, h) for h, n in self.gram_counts.items() if n >= self.gram_docs), reverse=True)
+        grams = frozenset(h for _, h in common[:self.max_grams])
+        return TemplateTable(sources, self.min_docs, self.docs, grams, self.gram_m if grams else 0)
+
+
+def _pruned(counts: Counter, bound: int) -> Counter:
+    """``counts`` down to three quarters of ``bound``: the keys seen once go first, then twice..."""
+    floor = 1
+    while len(counts) > bound * 3 // 4:
+        counts = Counter({k: n for k, n in counts.items() if n > floor})
+        floor += 1
+    return counts

@@ -195,3 +195,25 @@ def test_the_command_builds_a_table_that_scan_then_uses(tmp_path):
     bad.write_text(f'[text]\ntemplate = "{sample}"\n', encoding="utf-8")
     r = CliRunner().invoke(main, ["--config", str(bad), "scan", str(sample), "--out", str(tmp_path / "w.jsonl")])
     assert r.exit_code == 2 and "text.template" in r.output and "not a template table" in r.output
+
+
+def test_grams_common_on_the_stream_are_short_text_keys_only_as_a_last_resort(tmp_path):
+    """The table also holds the short-text grams that the originals of many clusters carry (here the
+    signature's): the ngram detector keys a message by its other grams, whatever its source."""
+    from stream_dedup.core.detectors.ngram import DEMOTED
+    from stream_dedup.core.hashing import shingle_hashes_list
+    from stream_dedup.core.stages import Preparer
+
+    events = sms_sample(1200)
+    sample = tmp_path / "sample.jsonl"
+    sample.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events), encoding="utf-8")
+    table = build_template(Settings(), str(sample), min_docs=5)
+    tail = normalize("本短信由云信通平台代发详询客服")
+    tail_grams = set(shingle_hashes_list(tail, 4, DEMOTED - 1))
+    assert table.gram_m == 4 and tail_grams <= table.grams and len(table.grams) < 200
+    text = "明天下午三点在三楼会议室开会" + TAIL  # from a source without a learned signature
+    plain, learned = Preparer(Settings()), Preparer(with_template(table, tmp_path))
+    keys = {p: set(det.keys(p.document({"id": "x", "ts": 1, "text": text, "source": "gw9"})))
+            for p in (plain, learned) for det in p.detectors if det.name == "ngram"}
+    assert keys[plain] & tail_grams and not keys[learned] & tail_grams
+    assert TemplateTable.load(tmp_path / "template.json").grams == table.grams

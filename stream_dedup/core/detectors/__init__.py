@@ -1,7 +1,7 @@
 """Detector registry: configuration names -> detector instances."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, AbstractSet
 
 from .base import Detector, Match, Sketch
 from .imatch import ImatchDetector
@@ -20,13 +20,15 @@ NAMES = ("simhash", "minhash", "ngram", "imatch", "structure")
 AUTO = ("simhash", "minhash", "ngram", "structure")
 
 
-def build_detectors(settings: "Settings", tokenizer: "WordTokenizer", idf: "IdfTable") -> list[Detector]:
+def build_detectors(settings: "Settings", tokenizer: "WordTokenizer", idf: "IdfTable",
+                    common_grams: AbstractSet[int] = frozenset()) -> list[Detector]:
     """The configured detectors, in priority order (ties between equally early matches go to the first).
 
     ``auto``: ngram for short texts, simhash and minhash for long ones, with an overlap band around
     ``text.short_chars`` where both run, so that a pair straddling the boundary still shares one;
     HTML pages add the structure detector. I-Match is opt-in: on the development benchmark it finds
     no duplicate that MinHash misses (``bench/quality.py``), so by default it would only add keys.
+    ``common_grams``: the ngram detector's grams common on the stream (a template table's).
     """
     short = settings.text.short_chars
     names = list(AUTO) if settings.engine.detectors == "auto" else list(settings.engine.detectors)
@@ -43,7 +45,7 @@ def build_detectors(settings: "Settings", tokenizer: "WordTokenizer", idf: "IdfT
             out.append(MinhashDetector(num_perm=m.num_perm, bands=m.bands, shingle=m.shingle, threshold=m.threshold,
                                        min_chars=short // 2 if auto else 0))
         elif name == "ngram":
-            out.append(NgramDetector(tokenizer, m=settings.ngram.m, w=settings.ngram.w,
+            out.append(NgramDetector(tokenizer, common=common_grams, m=settings.ngram.m, w=settings.ngram.w,
                                      threshold=settings.ngram.threshold,
                                      edit_threshold=settings.ngram.edit_threshold,
                                      containment=settings.ngram.containment,

@@ -52,7 +52,7 @@ from __future__ import annotations
 import re
 import struct
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, AbstractSet
 
 import mmh3
 import numpy as np
@@ -165,8 +165,11 @@ def winnow_many(hashes: np.ndarray, sizes: list[int], w: int) -> list[list[int]]
 DEMOTED = 1 << 62
 
 
-def demote(sk: str, hashes: list[int], m: int) -> list[int]:
-    """``hashes`` of ``sk``'s m-grams (one for a text shorter than m) with those that hold a ``#`` raised by ``DEMOTED``."""
+def demote(sk: str, hashes: list[int], m: int, common: AbstractSet[int] = frozenset()) -> list[int]:
+    """``hashes`` of ``sk``'s m-grams (one for a text shorter than m) with those that hold a ``#``, and
+    the ``common`` ones (a template table's, ``core.template``), raised by ``DEMOTED``."""
+    if common:
+        hashes = [h | DEMOTED if h in common else h for h in hashes]
     if "#" not in sk:
         return hashes
     marked = [False] * len(hashes)
@@ -238,7 +241,8 @@ class NgramDetector(Detector):
     name = "ngram"
     code = 2
 
-    def __init__(self, tokenizer: "WordTokenizer", *, m: int = 4, w: int = 12, threshold: float = 0.7,
+    def __init__(self, tokenizer: "WordTokenizer", *, common: AbstractSet[int] = frozenset(), m: int = 4, w: int = 12,
+                 threshold: float = 0.7,
                  edit_threshold: float = 0.8, containment: float = 0.85, min_contained: int = 16,
                  contained_ratio: float = 0.5, max_chars: int | None = None):
         self.tokenizer = tokenizer
@@ -251,6 +255,9 @@ class NgramDetector(Detector):
         self.contained_ratio = contained_ratio
         self.max_chars = max_chars
         self.bottom_chars = 2 * (w + m - 1)  # see BOTTOM
+        # grams common on the stream (a template table's): keys only where a window has no other
+        self.common = frozenset(common)
+        self._common = np.fromiter(sorted(self.common), dtype=np.uint64, count=len(self.common))
         # cached: a probe verifies its own payload against every candidate, and a campaign's
         # original is verified against every later copy (a payload's words are decoded, or for a
         # count of 0 segmented, once while it is among the 1,024 most recent)
@@ -293,10 +300,10 @@ class NgramDetector(Detector):
 
     def _keys_alone(self, sk: str) -> tuple[int, ...]:
         if len(sk) <= SHORT_TEXT:  # plain ints: NumPy's fixed cost per call is most of a short text's
-            hashes = demote(sk, shingle_hashes_list(sk, self.m, _KEY_MASK), self.m)
+            hashes = demote(sk, shingle_hashes_list(sk, self.m, _KEY_MASK), self.m, self.common)
             keys = winnow_list(hashes, self.w)
         else:
-            array = demote_array(sk, shingle_hashes(sk, self.m) & np.uint64(_KEY_MASK), self.m)
+            array = self._demote_common(demote_array(sk, shingle_hashes(sk, self.m) & np.uint64(_KEY_MASK), self.m))
             keys = winnow(array, self.w)
             hashes = array.tolist() if len(sk) <= self.bottom_chars else []
         if len(sk) <= self.bottom_chars:
@@ -308,7 +315,7 @@ class NgramDetector(Detector):
             return [self._keys_alone(sk) for sk in skeletons]
         arrays = [demote_array(sk, a & np.uint64(_KEY_MASK), self.m)
                   for sk, a in zip(skeletons, shingle_hashes_many(skeletons, self.m))]
-        cat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint64)
+        cat = self._demote_common(np.concatenate(arrays)) if arrays else np.zeros(0, dtype=np.uint64)
         sizes = [a.size for a in arrays]
         out = winnow_many(cat, sizes, self.w)
         offs = 0
@@ -317,6 +324,12 @@ class NgramDetector(Detector):
                 out[i] = out[i] + bottom(cat[offs:offs + n].tolist())
             offs += n
         return [tuple(dict.fromkeys(k)) for k in out]
+
+    def _demote_common(self, hashes: np.ndarray) -> np.ndarray:
+        """``demote``'s ``common`` over a NumPy array (changed in place, and returned)."""
+        if self._common.size:
+            hashes[np.isin(hashes, self._common)] |= np.uint64(DEMOTED)
+        return hashes
 
     def prefetch(self, docs: "list[Doc]") -> None:
         """The keys of the whole batch in one pass (``winnow_many``): an SMS's keys cost several times
