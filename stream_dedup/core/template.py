@@ -46,8 +46,8 @@ COMMON_GRAM_DOCS = 100
 MAX_COMMON_GRAMS = 20_000
 # clauses at either end of a line that may be an affix: a signature and a hotline, a tag and a greeting
 AFFIX_CLAUSES = 3
-# a clause ends at these marks (as ``text.normalize`` leaves them) or at white space
-_CLAUSE_END = re.compile(r"[,.!?;:|\[\]()\"'“”《》、。·~*\s]+")
+# a clause: a run between these marks (as ``text.normalize`` leaves them) and white space
+_CLAUSE = re.compile(r"[^,.!?;:|\[\]()\"'“”《》、。·~*\s]+")
 
 
 def source_of(source: str | None, url: str | None) -> str:
@@ -63,7 +63,7 @@ def source_of(source: str | None, url: str | None) -> str:
 
 def clauses(line: str) -> list[str]:
     """A normalized line cut into clauses at punctuation and white space."""
-    return [c for c in _CLAUSE_END.split(line) if c]
+    return _CLAUSE.findall(line)
 
 
 def text_units(lines: Iterable[str]) -> set[str]:
@@ -170,19 +170,17 @@ class TemplateTable:
 def _strip_affixes(line: str, units: frozenset[int]) -> str:
     """``line`` without its first clause while that is template, then its last likewise; at least
     one clause stays."""
-    cs = clauses(line)
+    cs = list(_CLAUSE.finditer(line))
     if len(cs) < 2:
         return line
     lo, hi = 0, len(cs)
-    while hi - lo > 1 and unit_hash(cs[lo]) in units:
+    while hi - lo > 1 and unit_hash(cs[lo].group()) in units:
         lo += 1
-    while hi - lo > 1 and unit_hash(cs[hi - 1]) in units:
+    while hi - lo > 1 and unit_hash(cs[hi - 1].group()) in units:
         hi -= 1
     if (lo, hi) == (0, len(cs)):
         return line
-    start = line.index(cs[lo]) if lo else 0
-    end = line.rindex(cs[hi - 1]) + len(cs[hi - 1]) if hi < len(cs) else len(line)
-    return line[start:end]
+    return line[cs[lo].start() if lo else 0:cs[hi - 1].end() if hi < len(cs) else len(line)]
 
 
 class TemplateLearner:

@@ -67,6 +67,9 @@ def test_a_message_that_is_all_signature_keeps_its_text():
     assert table.strip_text("gw1", [text]) == [text]
     assert table.strip_text("gw1", [normalize("明天下午三点开会" + TAIL)]) == [normalize("明天下午三点开会")]
     assert table.strip_text("other", [text]) == [text]
+    # a clause cut at its place, not where its text first occurs (inside the template clause here)
+    tail = TemplateTable({"s": frozenset(_hashes({normalize("好的请回复")}))}, 5)
+    assert tail.strip_text("s", [normalize("好的请回复，请回复，周五开会")]) == [normalize("请回复，周五开会")]
     doc = make_doc("a", 1, "text", "明天下午三点开会" + TAIL, source="gw1", template=table)
     assert doc.text == normalize("明天下午三点开会")
 
