@@ -114,6 +114,12 @@ def _label(ib: bytes) -> bytes:
     return _LABEL.pack(mmh3.hash(ib, signed=False))
 
 
+def _entry_label(raw: bytes, id_end: int, il: int, body: int) -> bytes:
+    """The label of the entry whose id ends at ``id_end`` and whose inline payload starts at
+    ``body``: the bytes between them, or, left out (``OWN``), its id's own hash."""
+    return raw[id_end:body] if body > id_end else _label(raw[id_end - il:id_end])
+
+
 _LABEL = struct.Struct(">I")
 
 
@@ -232,17 +238,8 @@ def twin_key(raw: bytes) -> tuple[int, bytes]:
 
 
 def unpack_entries(data: bytes) -> list[Entry]:
-    out: list[Entry] = []
-    pos, n = _start(data), len(data)
-    while pos < n:
-        ts, il, pl = _HEAD.unpack_from(data, pos)
-        own, pl = pl & OWN, pl & ~OWN
-        pos += _HEAD.size
-        ib = data[pos:pos + il]
-        pos += il
-        out.append((ts, ib.decode("utf-8", "surrogatepass"), _label(ib) + data[pos:pos + pl] if own else data[pos:pos + pl]))
-        pos += pl
-    return out
+    """Every entry of a bucket, decoded (``iter_entries`` to the end)."""
+    return list(iter_entries(data))
 
 
 def count_entries(data: bytes) -> int:
@@ -530,6 +527,7 @@ class _Walk:
             if cts < lo:
                 continue
             at = pos - pl  # the entry's label (unless ``own``), then its inline payload
+            body = at if own else at + LABEL
             cand = None
             if best is not None and cts >= best[0]:
                 if cts == best[0]:  # the same millisecond: which is earlier is in the ids
@@ -538,19 +536,19 @@ class _Walk:
                     if self.alike or budget <= 0:
                         return
                     budget -= 1
-                    label = _label(raw[at - il:at]) if own else raw[at:at + LABEL]
+                    label = _entry_label(raw, at, il, body)
                     if label in met or label in self.deferred:
                         continue
                     cand = cand or (cts, raw[at - il:at].decode("utf-8", "surrogatepass"))
                     if cand[1] != ident and cand not in seen:
-                        self._past(label, cand, raw[at if own else at + LABEL:pos])
+                        self._past(label, cand, raw[body:pos])
                     continue
             cand = cand or (cts, raw[at - il:at].decode("utf-8", "surrogatepass"))
             if cand[1] == ident or cand in seen:
                 continue
-            m, other = self._verify(cand, raw[at if own else at + LABEL:pos])
+            m, other = self._verify(cand, raw[body:pos])
             if m is not None:
-                self._earlier(cand, m, other, _label(raw[at - il:at]) if own else raw[at:at + LABEL])
+                self._earlier(cand, m, other, _entry_label(raw, at, il, body))
                 best = self.best
 
     def bucket(self, raw: bytes, late: bool, want_spot: bool) -> int | None:
@@ -581,10 +579,8 @@ class _Walk:
             if cid == self.ident:
                 spot = None  # its own entry (a replay): the insert looks for it anyway
                 continue
-            cand, body = (cts, cid), pos - pl  # the entry's label (unless ``own``), then its inline payload
-            label = b""  # decoded where it is needed
-            if not own:
-                label, body = raw[body:body + LABEL], body + LABEL
+            cand, id_end = (cts, cid), pos - pl  # the entry's label (unless ``own``), then its inline payload
+            body = id_end if own else id_end + LABEL
             earlier = cand < self.me
             if spot == -1 and not earlier:
                 spot = at
@@ -594,7 +590,7 @@ class _Walk:
                 anchored = anchored or cand == self.best
                 if cand != self.best and not self.alike and budget > 0:
                     budget -= 1
-                    label = label or _label(raw[body - il:body])
+                    label = _entry_label(raw, id_end, il, body)
                     if label not in self.met and label not in self.deferred and cand not in self.seen:
                         self._past(label, cand, raw[body:pos])
                 continue
@@ -606,7 +602,7 @@ class _Walk:
             if m is None:
                 continue
             if earlier:
-                anchored = self._earlier(cand, m, other, label or _label(raw[body - il:body])) or anchored
+                anchored = self._earlier(cand, m, other, _entry_label(raw, id_end, il, body)) or anchored
             else:
                 self.res.later.append(Found(cts, cid, m))
                 self.kept[cand] = other
