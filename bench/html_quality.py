@@ -91,13 +91,14 @@ def extraction_by_site(events: list[dict], pages: dict[str, str], template: Path
     """Per template site: swaps, mean extraction recall and template leak (see the module docstring),
     and both again with the template table's blocks left out."""
     from stream_dedup.core.template import TemplateTable
+    from stream_dedup.core.text import normalize
 
     table = TemplateTable.load(template) if template else None
 
     def text(html: str, source: str = "") -> str:
         blocks = [t for _, t in extract_blocks(html)]
         if source and table is not None:
-            blocks = [t for t, k in zip(blocks, table.keep(source, blocks)) if k]
+            blocks = [t for t, k in zip(blocks, table.keep(source, blocks, [normalize(t) for t in blocks])) if k]
         return "".join("".join(t.split()) for t in blocks)
 
     article = {name: shingles(text(h)) for name, h in pages.items()}

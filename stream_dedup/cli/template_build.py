@@ -15,7 +15,7 @@ import msgspec
 
 from ..config import Settings
 from ..core.document import Rejected, parse_event, validate
-from ..core.template import TemplateLearner, TemplateTable, html_units, source_of, text_units
+from ..core.template import TemplateLearner, TemplateTable, html_units, normalized_lines, source_of, text_units
 from ..core.text import normalize
 
 
@@ -44,7 +44,7 @@ def build_template(settings: Settings, input_path: str, *, min_docs: int = 5, ma
                     continue
                 grams: Iterable[int] = ()
             else:
-                units = text_units(t for t in (normalize(x, t2s=t2s) for x in body.splitlines()) if t)
+                units = text_units(normalized_lines(body, t2s))
                 text = normalize(body, t2s=t2s)
                 short = len(text) <= plain.text.short_chars * 3 // 2  # the texts the ngram detector keys
                 grams = _grams(text, plain.ngram.m) if short else ()
@@ -82,9 +82,9 @@ def _page_blocks(html: str, max_depth: int) -> list[str]:
 def _grams(text: str, m: int) -> set[int]:
     """The hashes of a short text's skeleton m-grams as the ngram detector keys them, those with a
     masked number left out (they are last-resort keys already)."""
-    from ..core.detectors.ngram import DEMOTED
-    from ..core.hashing import shingle_hashes_list
+    from ..core.detectors.ngram import gram_hashes, numbered
     from ..core.text import skeletons
 
     sk = skeletons(text)[0]
-    return {h for i, h in enumerate(shingle_hashes_list(sk, m, DEMOTED - 1)) if "#" not in sk[i:i + m]}
+    hashes = gram_hashes(sk, m)
+    return set(hashes) - {hashes[i] for i in numbered(sk, m, len(hashes))}

@@ -209,7 +209,9 @@ def make_doc(ident: str, ts: int, kind: str, body: str, *, title: str | None = N
                          template=template)
     text = normalize(body, t2s=t2s)
     if template is not None and template.units_of(source) and text:
-        lines = [t for t in (normalize(x, t2s=t2s) for x in body.splitlines()) if t]
+        from .template import normalized_lines
+
+        lines = normalized_lines(body, t2s)
         kept = template.strip_text(source, lines)
         if kept != lines:
             text = normalize("\n".join(kept), t2s=t2s)
@@ -228,7 +230,7 @@ def _html_doc(ident: str, ts: int, body: str, *, title: str | None, rank: float 
     raw = extract_blocks(body, max_depth=limits.max_html_depth)
     blocks = [(lvl, normalize(t, t2s=t2s)) for lvl, t in raw]
     if template is not None and template.units_of(source) and has_article(raw):
-        keep = template.keep(source, [t for _, t in raw], t2s=t2s)
+        keep = template.keep(source, [t for _, t in raw], [t for _, t in blocks], t2s=t2s)
         if not all(keep):
             raw = [r for r, k in zip(raw, keep) if k]
             blocks = [b for b, k in zip(blocks, keep) if k]

@@ -61,6 +61,13 @@ def source_of(source: str | None, url: str | None) -> str:
     return ""
 
 
+def normalized_lines(text: str, t2s: bool = True) -> list[str]:
+    """The lines of a raw text, each normalized (``text.normalize``), the empty ones left out."""
+    from .text import normalize
+
+    return [t for t in (normalize(x, t2s=t2s) for x in text.splitlines()) if t]
+
+
 def clauses(line: str) -> list[str]:
     """A normalized line cut into clauses at punctuation and white space."""
     return _CLAUSE.findall(line)
@@ -86,7 +93,7 @@ def html_units(blocks: Iterable[str], t2s: bool = True) -> set[str]:
     for block in blocks:
         out.add(normalize(block, t2s=t2s))
         if "\n" in block:
-            out.update(normalize(x, t2s=t2s) for x in block.splitlines())
+            out.update(normalized_lines(block, t2s))
     return {u for u in out if len(u) >= MIN_UNIT_CHARS}
 
 
@@ -121,20 +128,18 @@ class TemplateTable:
         """Whether the normalized ``unit`` is template for ``source``."""
         return unit_hash(unit) in self.units_of(source)
 
-    def keep(self, source: str, blocks: list[str], t2s: bool = True) -> list[bool]:
-        """For each of an HTML page's blocks (raw text), whether it is not template of its source:
-        neither the block nor each of its lines is a template unit."""
-        from .text import normalize
-
+    def keep(self, source: str, blocks: list[str], normalized: list[str], t2s: bool = True) -> list[bool]:
+        """For each of an HTML page's blocks (raw text, and ``normalized``), whether it is not
+        template of its source: neither the block nor each of its lines is a template unit."""
         units = self.units_of(source)
 
-        def template(block: str) -> bool:
-            if unit_hash(normalize(block, t2s=t2s)) in units:
+        def template(block: str, norm: str) -> bool:
+            if unit_hash(norm) in units:
                 return True
-            lines = [t for t in (normalize(x, t2s=t2s) for x in block.splitlines()) if t]
+            lines = normalized_lines(block, t2s)
             return len(lines) > 1 and all(unit_hash(t) in units for t in lines)
 
-        return [not template(b) for b in blocks]
+        return [not template(b, n) for b, n in zip(blocks, normalized)]
 
     def strip_text(self, source: str, lines: list[str]) -> list[str]:
         """A text's normalized lines without template lines, and each line without the template

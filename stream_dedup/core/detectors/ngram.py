@@ -165,31 +165,38 @@ def winnow_many(hashes: np.ndarray, sizes: list[int], w: int) -> list[list[int]]
 DEMOTED = 1 << 62
 
 
-def demote(sk: str, hashes: list[int], m: int, common: AbstractSet[int] = frozenset()) -> list[int]:
-    """``hashes`` of ``sk``'s m-grams (one for a text shorter than m) with those that hold a ``#``, and
-    the ``common`` ones (a template table's, ``core.template``), raised by ``DEMOTED``."""
-    if common:
-        hashes = [h | DEMOTED if h in common else h for h in hashes]
-    if "#" not in sk:
-        return hashes
-    marked = [False] * len(hashes)
+def gram_hashes(sk: str, m: int) -> list[int]:
+    """The hashes of a skeleton's m-grams as keys are chosen from (plain ints, ``_KEY_MASK``)."""
+    return shingle_hashes_list(sk, m, _KEY_MASK)
+
+
+def numbered(sk: str, m: int, grams: int) -> list[int]:
+    """The positions, among ``sk``'s ``grams`` m-grams (one for a text shorter than m), of those that
+    hold a masked number (``#``)."""
+    hit: set[int] = set()
     at = sk.find("#")
     while at >= 0:
-        for i in range(max(0, at - m + 1), min(at + 1, len(hashes))):
-            marked[i] = True
+        hit.update(range(max(0, at - m + 1), min(at + 1, grams)))
         at = sk.find("#", at + 1)
-    return [h | DEMOTED if k else h for h, k in zip(hashes, marked)]
+    return sorted(hit)
+
+
+def demote(sk: str, hashes: list[int], m: int, common: AbstractSet[int] = frozenset()) -> list[int]:
+    """``hashes`` of ``sk``'s m-grams with those that hold a ``#`` (``numbered``), and the ``common``
+    ones (a template table's, ``core.template``), raised by ``DEMOTED``."""
+    if common:
+        hashes = [h | DEMOTED if h in common else h for h in hashes]
+    if "#" in sk:
+        hashes = list(hashes)
+        for i in numbered(sk, m, len(hashes)):
+            hashes[i] |= DEMOTED
+    return hashes
 
 
 def demote_array(sk: str, hashes: np.ndarray, m: int) -> np.ndarray:
-    """``demote`` over a NumPy array of hashes (changed in place, and returned)."""
+    """``demote``'s numbered grams over a NumPy array of hashes (changed in place, and returned)."""
     if "#" in sk:
-        marks = np.zeros(len(sk) + 1, dtype=np.int32)
-        for at in (i for i, c in enumerate(sk) if c == "#"):
-            marks[max(0, at - m + 1)] += 1
-            marks[at + 1] -= 1
-        hit = np.cumsum(marks)[:hashes.size] > 0
-        hashes[hit] |= np.uint64(DEMOTED)
+        hashes[numbered(sk, m, hashes.size)] |= np.uint64(DEMOTED)
     return hashes
 
 
@@ -300,7 +307,7 @@ class NgramDetector(Detector):
 
     def _keys_alone(self, sk: str) -> tuple[int, ...]:
         if len(sk) <= SHORT_TEXT:  # plain ints: NumPy's fixed cost per call is most of a short text's
-            hashes = demote(sk, shingle_hashes_list(sk, self.m, _KEY_MASK), self.m, self.common)
+            hashes = demote(sk, gram_hashes(sk, self.m), self.m, self.common)
             keys = winnow_list(hashes, self.w)
         else:
             array = self._demote_common(demote_array(sk, shingle_hashes(sk, self.m) & np.uint64(_KEY_MASK), self.m))
