@@ -168,13 +168,31 @@ def skeleton(normalized: str) -> str:
 
 
 def skeletons(normalized: str) -> tuple[str, str]:
-    """(``skeleton``, the same with its runs of ``LONG_DIGITS`` or more digits kept): the second is
-    the first, the same object, when there is no such run."""
+    """(``skeleton``, the same with its digits kept): the second is the first, the same object, when
+    there are none. Verify reads the digits: a short text's numbers are a large part of what it says
+    ("5朵玫瑰" / "3朵玫瑰"), and a long one names an account."""
     s = _unnumbered(normalized)
     plain = _DIGITS.sub("#", s)
-    if not LONG_NUMBER.search(s):
-        return plain, plain
-    return plain, _DIGITS.sub(lambda m: m.group() if len(m.group()) >= LONG_DIGITS else "#", s)
+    return (plain, plain) if plain == s else (plain, s)
+
+
+def long_numbers_only(numbered: str) -> str:
+    """A skeleton with its digits (``skeletons``) with every number shorter than ``LONG_DIGITS`` as ``#``."""
+    return _DIGITS.sub(lambda m: m.group() if len(m.group()) >= LONG_DIGITS else "#", numbered)
+
+
+_SMALL_NUMBER = re.compile(r"(?<![0-9])[0-9]{1,2}(?![0-9])")
+
+
+def small_numbers(numbered: str) -> frozenset[str]:
+    """The numbers of one or two digits (a count, a day, an hour, a part) of a skeleton with its
+    digits (``skeletons``)."""
+    return frozenset(_SMALL_NUMBER.findall(numbered))
+
+
+def masked(numbered: str) -> str:
+    """A skeleton with its digits (``skeletons``) with every number as ``#``: the skeleton."""
+    return _DIGITS.sub("#", numbered)
 
 
 def _unnumbered(normalized: str) -> str:

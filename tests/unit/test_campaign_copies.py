@@ -49,6 +49,7 @@ EDITS = {
     "traditional characters": lambda t: S2T.convert(t),
     "tag, tail and dots together": lambda t: "【美团外卖】" + "*".join(t) + "回T退订 dwz.cn/k3j9a",
     "last fifth cut off": lambda t: t[:len(t) * 4 // 5],
+    "every number changed": lambda t: re.sub("[0-9]+", lambda m: str(int(m.group()) % 9 + 1) * len(m.group()), t),
 }
 
 
@@ -110,6 +111,19 @@ def test_question_pairs_that_differ_in_meaning_are_rarely_called_copies(ngram, p
 ])
 def test_a_short_question_changed_inside_is_not_a_copy(ngram, prep, a, b):
     assert not judged_as_copy(ngram, prep, a, b)
+
+
+def test_short_questions_that_differ_in_a_small_number_are_not_copies(ngram, prep):
+    """LCQMC's non-paraphrase pairs that differ only in a number of one or two digits ("5朵玫瑰" /
+    "3朵玫瑰", "仙剑奇侠传5" / "仙剑奇侠传3"): in a short text the number is much of what it says."""
+    pairs = [json.loads(x) for x in shared_data("pairs/LCQMC_dev.jsonl").open(encoding="utf-8")]
+    only_number = [(p["text1"], p["text2"]) for p in pairs if p["label"] == 0
+                   and re.search("[0-9]", p["text1"] + p["text2"])
+                   and skeleton(normalize(p["text1"])) == skeleton(normalize(p["text2"]))]
+    assert len(only_number) >= 3
+    assert [pair for pair in only_number if judged_as_copy(ngram, prep, *pair)] == []
+    # the same number with a tag or a tail around it is still a copy
+    assert judged_as_copy(ngram, prep, "5朵玫瑰代表什么意思", "【花店】5朵玫瑰代表什么意思？")
 
 
 @pytest.mark.parametrize("a, b", [

@@ -33,13 +33,16 @@ Long numbers (``LONG_DIGITS`` digits or more: a card or account number) are ``#`
 number in the skeleton, but two texts that carry one are also keyed by it and compared with its
 digits kept, as one longer text: a scam message "农行 6222… 唐子华" is mostly its number, and
 without it a changed character of the name is a fifth of the text.
+A number of one or two digits is a large part of what a short text says ("5朵玫瑰" / "3朵玫瑰", "see
+you at 6" / "at 7"): under ``min_contained`` characters, the shorter text's such numbers must be in
+the longer (``_same_numbers``); a campaign's changing prices, codes and phone numbers are longer.
 Keys stay winnowed: indexing every gram found few more of the campaign benchmark's copies
 (``bench/spam_edits.py``) at several times the cost per message. A skeleton of 2 (w + m - 1)
 characters or fewer adds its ``BOTTOM`` smallest gram hashes, which a copy shares whatever the order
 of its pieces (a short message cut in two and put back the other way round).
 
 Payload: the count of the skeleton's distinct words (2 bytes), their 32-bit mmh3 hashes, sorted,
-then the skeleton with the digits of its long numbers. The words are found when the text is
+then the skeleton with its digits (old payloads: those of its long numbers). The words are found when the text is
 sketched, in the stateless stage that ``scan`` spreads over processes and the workers over
 partitions, so that the stateful stage, which sees every document in turn, neither segments nor
 loads a dictionary (segmenting at verify time made an SMS scan's judging process load the
@@ -59,7 +62,7 @@ import numpy as np
 from rapidfuzz.distance import LCSseq, Levenshtein
 
 from ..hashing import shingle_hashes, shingle_hashes_list, shingle_hashes_many
-from ..text import LONG_DIGITS, LONG_NUMBER, skeletons
+from ..text import LONG_DIGITS, LONG_NUMBER, long_numbers_only, masked, skeletons, small_numbers
 from .base import Detector, Match, Sketch
 
 if TYPE_CHECKING:
@@ -210,6 +213,17 @@ def _numbers(full: str) -> set[str]:
     return {r[i] for r in LONG_NUMBER.findall(full) for i in (slice(LONG_DIGITS), slice(-LONG_DIGITS, None))}
 
 
+def _same_numbers(la: int, a: str, lb: int, b: str, short: int) -> bool:
+    """Whether two texts of ``la`` and ``lb`` skeleton characters (numbers left out), ``a`` and ``b``
+    with their digits, may match by their numbers: under ``short`` characters each number of one or
+    two digits of the shorter must be in the longer (both ways at equal lengths). Such a number is a
+    large part of what a short text says ("5朵玫瑰" / "3朵玫瑰", "see you at 6" / "at 7"); a
+    campaign's changing prices, codes and phone numbers are longer or ride on longer texts."""
+    if min(la, lb) >= short:
+        return True
+    return (la > lb or all(n in b for n in small_numbers(a))) and (lb > la or all(n in a for n in small_numbers(b)))
+
+
 def _in_pieces(short: str, long: str) -> bool:
     """``short`` cut into two or three pieces of ``PIECE`` characters or more that are in ``long``
     side by side in another order: clauses moved around, with nothing put between them.
@@ -284,7 +298,7 @@ class NgramDetector(Detector):
         return s
 
     def digits(self, doc: "Doc") -> str:
-        """The skeleton with the digits of its long numbers (``text.LONG_NUMBER``) kept."""
+        """The skeleton with its digits kept (``text.skeletons``)."""
         s = doc.cache.get("skeleton_digits")
         if s is None:
             self.skeleton(doc)
@@ -355,13 +369,16 @@ class NgramDetector(Detector):
         return Sketch(self.keys(doc), payload)
 
     @staticmethod
-    def _skeleton_of(p: bytes) -> tuple[str, str, str]:
+    def _skeleton_of(p: bytes) -> tuple[str, str, str, str]:
         """(the skeleton; it without numbers, as containment reads it; it with its long numbers'
-        digits) of a payload."""
+        digits; it with every digit) of a payload."""
         (n,) = _COUNT.unpack_from(p)
         full = p[2 + 4 * n:].decode("utf-8")
-        sk = LONG_NUMBER.sub("#", full)
-        return sk, sk.replace("#", ""), full
+        sk = masked(full)
+        if sk is full:
+            return sk, sk.replace("#", ""), sk, sk
+        long = long_numbers_only(full) if LONG_NUMBER.search(full) else sk
+        return sk, sk.replace("#", ""), long, full
 
     def _segment(self, sk: str) -> frozenset[str]:
         return frozenset(self.tokenizer.words(sk)) or frozenset((sk,))
@@ -373,7 +390,9 @@ class NgramDetector(Detector):
         return frozenset(mmh3.hash(w, signed=False) for w in self._segment(p[2:].decode("utf-8")))
 
     def verify(self, a: bytes, b: bytes) -> Match | None:
-        (ska, bare_a, fa), (skb, bare_b, fb) = self._skeleton_cached(a), self._skeleton_cached(b)
+        (ska, bare_a, fa, na), (skb, bare_b, fb, nb) = self._skeleton_cached(a), self._skeleton_cached(b)
+        if (na is not ska or nb is not skb) and not _same_numbers(len(bare_a), na, len(bare_b), nb, self.min_contained):
+            return None
         if len(ska) < self.min_contained or len(skb) < self.min_contained:
             m = self._short_copy(ska, skb)
         else:
