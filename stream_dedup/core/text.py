@@ -14,6 +14,8 @@ import unicodedata
 from functools import lru_cache
 from typing import Callable
 
+import mmh3
+
 # Zero-width, bidi and other invisible format characters, C0/C1 controls except whitespace,
 # and the Unicode tag block: removed outright (spam inserts them to dodge filters).
 _INVISIBLE = re.compile(
@@ -199,7 +201,76 @@ def _unnumbered(normalized: str) -> str:
     """The skeleton before its numbers become ``#``."""
     if _may_vary(normalized):
         normalized = _VARYING.sub(" ", normalized)
+    if _latin(normalized):
+        return _word_units(normalized)
     return _fold_lookalike(_drop_interleaved(_SKELETON_DROP.sub("", normalized)))
+
+
+# Latin-script text (an English SMS): each word is one unit of the skeleton, a code point of the
+# Supplementary Private Use Area-A, as a Han character is in Chinese text. Letters alone, their
+# spaces dropped, are a small alphabet: two different English sentences share most of their letters
+# in order, and look-alike folding turned half of them into digits.
+WORD_UNITS = 0xF0000
+_WORD_UNIT_COUNT = 0xFFFE
+_LATIN_WORD = re.compile("[a-z]{2,}")
+_HAN = re.compile(rf"[{_CJK}]")
+_UNIT = re.compile(rf"[0-9a-z]+|[{_CJK}]")
+
+
+def _latin(s: str) -> bool:
+    """Whether a normalized text has more Latin words (two letters or more) than CJK characters."""
+    words = len(_LATIN_WORD.findall(s))
+    return words > 0 and words > len(_HAN.findall(s))
+
+
+_LATIN_FILLER = re.compile("(?<=[a-z])[^0-9a-z\\s](?=[a-z])")
+
+
+def _drop_latin_filler(s: str) -> str:
+    """``s`` without a punctuation character that spam puts inside words ("he.llo wo*rld"): one met
+    between two letters 4 times or more, and once per 8 letters or more. Real text has a comma or a
+    full stop between two words (normalize drops the space after it) a few times a sentence."""
+    inside = _LATIN_FILLER.findall(s)
+    if len(inside) < 4:
+        return s
+    c = max(set(inside), key=inside.count)
+    k = inside.count(c)
+    if k < 4 or 8 * k < sum(ch.isalpha() for ch in s):
+        return s
+    return s.replace(c, "")
+
+
+@lru_cache(maxsize=1 << 16)
+def word_unit(word: str) -> str:
+    """The skeleton's unit for a Latin word."""
+    return chr(WORD_UNITS + mmh3.hash(word, signed=False) % _WORD_UNIT_COUNT)
+
+
+def _word_units(s: str) -> str:
+    """A Latin-script text's skeleton: a unit per word, a run of three or more single letters read as
+    one word ("w.i.n.n.e.r", "F R E E"), a CJK character as itself, and a token with digits as its
+    characters, look-alikes folded ("l38OO138OOO")."""
+    tokens = _UNIT.findall(_drop_latin_filler(s))
+    out: list[str] = []
+    i, n = 0, len(tokens)
+    while i < n:
+        t = tokens[i]
+        if len(t) == 1 and "a" <= t <= "z":
+            j = i
+            while j < n and len(tokens[j]) == 1 and "a" <= tokens[j] <= "z":
+                j += 1
+            if j - i >= 3:
+                out.append(word_unit("".join(tokens[i:j])))
+                i = j
+                continue
+        if t.isalpha() and t.isascii():
+            out.append(word_unit(t))
+        elif t.isascii():
+            out.append(_fold_lookalike(t))
+        else:
+            out.append(t)
+        i += 1
+    return "".join(out)
 
 
 def _may_vary(s: str) -> bool:

@@ -216,3 +216,39 @@ def test_the_mask_is_skipped_only_where_it_would_change_nothing():
     texts += ["访问 www.-dg-he- 了解", "详见 http://x", "打开 abc.cn/x 领取", "【京东】好", "回T退订"]
     missed = [t for t in texts if not _may_vary(t) and _VARYING.sub(" ", t) != t]
     assert not missed and sum(map(_may_vary, texts)) < 0.7 * len(texts), missed[:3]
+
+
+# Real English utterances of DailyDialog (Li et al. 2017, CC BY-NC-SA 4.0; its test split as
+# shipped by github.com/snakeztc/NeuralDialog-LAED): pairs of different messages that share most of
+# their letters, and a message that its copies must still find.
+ENGLISH_APART = [
+    ("You have to make an appointment first.", "Good morning, I have an appointment with Mr. Johnson at 10:00"),
+    ("Have you found a new job yet?", "Have you found anything nice yet?"),
+    ("What do you do?", "What do you drink?"),
+    ("Hello, this is Lucy. May I speak to Mr. Smith?", "Hello, this is Steven from Blue Sky Co. May I speak to Mr. James?"),
+    ("How long will it take us to get there?", "How long will it take to get them dry?"),
+    ("Do you have an appointment with her?", "You have to make an appointment first."),
+    ("$ 300.", "¥ 350."),
+]
+ENGLISH = "Yes, I have booked a room for 24th. It's a double room. Could you keep it for 3 days?"
+ENGLISH_COPIES = [
+    "[FreeMsg] " + ENGLISH,
+    ENGLISH + " Txt STOP to 87239",
+    ENGLISH.upper(),
+    "".join(chr(ord(c) + 0xFEE0) if c.isascii() and c.isalnum() else c for c in ENGLISH),
+    ENGLISH.replace("booked", "bookd"),
+    ENGLISH.replace("double", "d.o.u.b.l.e"),
+    ENGLISH[:70],
+]
+
+
+@pytest.mark.parametrize("a, b", ENGLISH_APART)
+def test_different_english_messages_stay_apart(ngram, prep, a, b):
+    """Letters alone are a small alphabet: a word is a unit of an English skeleton, as a character
+    is of a Chinese one."""
+    assert not judged_as_copy(ngram, prep, a, b)
+
+
+@pytest.mark.parametrize("copy", ENGLISH_COPIES)
+def test_an_english_message_with_a_campaign_edit_is_a_copy(ngram, prep, copy):
+    assert judged_as_copy(ngram, prep, ENGLISH, copy)

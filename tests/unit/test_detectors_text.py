@@ -73,7 +73,7 @@ def test_ngram_payload_carries_its_words_so_verify_never_segments_and_old_payloa
         b = ng.sketch(doc(prep, SAMPLE["sms-0"]["text"].replace("五折", "六折")))
         short = ng.sketch(doc(prep, "今天天气不错"))
         assert len(calls) == 3  # one segmentation per sketch
-        sk, _, _ = ng._skeleton_of(a.payload)
+        sk = ng._skeleton_of(a.payload)[0]
         (n,) = struct.unpack_from(">H", a.payload)
         assert n == len(set(tokenizer.words(sk))) > 3
         assert set(struct.unpack_from(f">{n}I", a.payload, 2)) == {mmh3.hash(w, signed=False) for w in tokenizer.words(sk)}

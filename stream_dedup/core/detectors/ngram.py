@@ -36,6 +36,9 @@ without it a changed character of the name is a fifth of the text.
 A number of one or two digits is a large part of what a short text says ("5朵玫瑰" / "3朵玫瑰", "see
 you at 6" / "at 7"): under ``min_contained`` characters, the shorter text's such numbers must be in
 the longer (``_same_numbers``); a campaign's changing prices, codes and phone numbers are longer.
+Latin-script text (an English SMS) has a unit per word in its skeleton (``text.word_unit``), as a
+Chinese text has one per character, and ``min_contained`` counts a word twice (``WORD_WEIGHT``): its
+letters alone are too small an alphabet for subsequences and character pairs to tell a copy.
 Keys stay winnowed: indexing every gram found few more of the campaign benchmark's copies
 (``bench/spam_edits.py``) at several times the cost per message. A skeleton of 2 (w + m - 1)
 characters or fewer adds its ``BOTTOM`` smallest gram hashes, which a copy shares whatever the order
@@ -62,7 +65,7 @@ import numpy as np
 from rapidfuzz.distance import LCSseq, Levenshtein
 
 from ..hashing import shingle_hashes, shingle_hashes_list, shingle_hashes_many
-from ..text import LONG_DIGITS, LONG_NUMBER, long_numbers_only, masked, skeletons, small_numbers
+from ..text import LONG_DIGITS, LONG_NUMBER, WORD_UNITS, long_numbers_only, masked, skeletons, small_numbers
 from .base import Detector, Match, Sketch
 
 if TYPE_CHECKING:
@@ -70,6 +73,14 @@ if TYPE_CHECKING:
     from ..tokenize import WordTokenizer
 
 _KEY_MASK = (1 << 62) - 1
+# a text of nothing but numbers with fewer digits than this (a price, a time) matches only the
+# same digits; a longer one (lottery numbers, an account) is a campaign's, whose digits vary
+NUMBERS_ALONE = 7
+# a Latin word (one unit of the skeleton, ``text.word_unit``) says about as much as two Han
+# characters: ``min_contained`` counts it twice
+WORD_WEIGHT = 2
+_WORD_UNIT = chr(WORD_UNITS)
+_WORD_UNITS = re.compile(f"[{_WORD_UNIT}-\U000FFFFD]")  # a skeleton's Latin words (``text.word_unit``)
 # up to this many characters a text alone is keyed in plain ints (``shingle_hashes_list``,
 # ``winnow_list``) rather than by the dozen NumPy calls of ``shingle_hashes`` and ``winnow``: the
 # two cost the same at 36-40 characters, and most SMS skeletons are shorter
@@ -218,9 +229,12 @@ def _same_numbers(la: int, a: str, lb: int, b: str, short: int) -> bool:
     with their digits, may match by their numbers: under ``short`` characters each number of one or
     two digits of the shorter must be in the longer (both ways at equal lengths). Such a number is a
     large part of what a short text says ("5朵玫瑰" / "3朵玫瑰", "see you at 6" / "at 7"); a
-    campaign's changing prices, codes and phone numbers are longer or ride on longer texts."""
+    campaign's changing prices, codes and phone numbers are longer or ride on longer texts. A text
+    of numbers alone, fewer than ``NUMBERS_ALONE`` digits, matches only the same numbers."""
     if min(la, lb) >= short:
         return True
+    if not la or not lb:  # nothing but numbers: a price or a time alone ("$ 300.", "2:30") is the message
+        return a == b or min(len(a), len(b)) >= NUMBERS_ALONE
     return (la > lb or all(n in b for n in small_numbers(a))) and (lb > la or all(n in a for n in small_numbers(b)))
 
 
@@ -369,19 +383,25 @@ class NgramDetector(Detector):
         return Sketch(self.keys(doc), payload)
 
     @staticmethod
-    def _skeleton_of(p: bytes) -> tuple[str, str, str, str]:
+    def _skeleton_of(p: bytes) -> tuple[str, str, str, str, int]:
         """(the skeleton; it without numbers, as containment reads it; it with its long numbers'
-        digits; it with every digit) of a payload."""
+        digits; it with every digit; ``WORD_WEIGHT`` if it holds Latin words, else 1) of a payload."""
         (n,) = _COUNT.unpack_from(p)
         full = p[2 + 4 * n:].decode("utf-8")
         sk = masked(full)
+        weight = WORD_WEIGHT if _WORD_UNITS.search(sk) else 1
         if sk is full:
-            return sk, sk.replace("#", ""), sk, sk
+            return sk, sk.replace("#", ""), sk, sk, weight
         long = long_numbers_only(full) if LONG_NUMBER.search(full) else sk
-        return sk, sk.replace("#", ""), long, full
+        return sk, sk.replace("#", ""), long, full, weight
 
     def _segment(self, sk: str) -> frozenset[str]:
-        return frozenset(self.tokenizer.words(sk)) or frozenset((sk,))
+        """The skeleton's words: jieba's, and the units of its Latin words (``text.word_unit``)."""
+        words = frozenset(self.tokenizer.words(sk))
+        units = _WORD_UNITS.findall(sk)
+        if units:
+            words |= frozenset(units)
+        return words or frozenset((sk,))
 
     def _word_hashes(self, p: bytes) -> frozenset[int]:
         (n,) = _COUNT.unpack_from(p)
@@ -390,10 +410,11 @@ class NgramDetector(Detector):
         return frozenset(mmh3.hash(w, signed=False) for w in self._segment(p[2:].decode("utf-8")))
 
     def verify(self, a: bytes, b: bytes) -> Match | None:
-        (ska, bare_a, fa, na), (skb, bare_b, fb, nb) = self._skeleton_cached(a), self._skeleton_cached(b)
-        if (na is not ska or nb is not skb) and not _same_numbers(len(bare_a), na, len(bare_b), nb, self.min_contained):
+        (ska, bare_a, fa, na, wa), (skb, bare_b, fb, nb, wb) = self._skeleton_cached(a), self._skeleton_cached(b)
+        short = self.min_contained // max(wa, wb)
+        if (na is not ska or nb is not skb) and not _same_numbers(len(bare_a), na, len(bare_b), nb, short):
             return None
-        if len(ska) < self.min_contained or len(skb) < self.min_contained:
+        if len(ska) < short or len(skb) < short:
             m = self._short_copy(ska, skb)
         else:
             m = None
@@ -401,14 +422,14 @@ class NgramDetector(Detector):
             # a copy shares 0.8 of the longer in order, a copy with additions a third of the shorter
             # without its numbers at least: one subsequence test turns most candidates away
             cut = (n + 2) // 3
-            if (n < self.min_contained or self.edit_threshold * max(len(ska), len(skb)) < cut
+            if (n < short or self.edit_threshold * max(len(ska), len(skb)) < cut
                     or LCSseq.similarity(ska, skb, score_cutoff=cut)):
                 m = self._copy(a, b, ska, skb)
                 if m is None and self.containment:
-                    m = self._contained(bare_a, bare_b)
+                    m = self._contained(bare_a, bare_b, short)
         if m is None and fa != ska and fb != skb and self.containment and _numbers(fa) & _numbers(fb):
             # one account number: the texts with its digits, as longer ones
-            m = self._contained(fa.replace("#", ""), fb.replace("#", ""))
+            m = self._contained(fa.replace("#", ""), fb.replace("#", ""), short)
         return m
 
     def _short_copy(self, ska: str, skb: str) -> Match | None:
@@ -450,17 +471,18 @@ class NgramDetector(Detector):
             return None
         return Match(jac)
 
-    def _contained(self, ska: str, skb: str) -> Match | None:
+    def _contained(self, ska: str, skb: str, short_below: int) -> Match | None:
         """A copy with additions (a sender tag, an opt-out or contact tail, inserted or changed
         characters): most of the shorter skeleton's characters in the longer in order (their longest
         common subsequence), or, for clauses moved around, most of its character pairs found in the longer.
-        Only for a shorter text of ``min_contained`` characters or more and at least
+        Only for a shorter text of ``short_below`` characters or more (``min_contained``, less for
+        Latin words) and at least
         ``contained_ratio`` of the longer's length, so that a short phrase ("好的", a greeting) is
         never a copy of every text that contains it. The skeletons come without their numbers
         (``#``): numbers vary inside a campaign and say little about the text."""
         short, long = (ska, skb) if len(ska) <= len(skb) else (skb, ska)
         n = len(short)
-        if n < self.min_contained:  # numbers left out it is short: whole, in one piece
+        if n < short_below:  # numbers left out it is short: whole, in one piece
             return self._short_copy(short, long)
         if n < self.contained_ratio * len(long):
             return None
