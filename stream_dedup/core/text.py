@@ -14,8 +14,6 @@ import unicodedata
 from functools import lru_cache
 from typing import Callable
 
-import mmh3
-
 # Zero-width, bidi and other invisible format characters, C0/C1 controls except whitespace,
 # and the Unicode tag block: removed outright (spam inserts them to dodge filters).
 _INVISIBLE = re.compile(
@@ -202,16 +200,13 @@ def _unnumbered(normalized: str) -> str:
     if _may_vary(normalized):
         normalized = _VARYING.sub(" ", normalized)
     if _latin(normalized):
-        return _word_units(normalized)
+        return _latin_skeleton(normalized)
     return _fold_lookalike(_drop_interleaved(_SKELETON_DROP.sub("", normalized)))
 
 
-# Latin-script text (an English SMS): each word is one unit of the skeleton, a code point of the
-# Supplementary Private Use Area-A, as a Han character is in Chinese text. Letters alone, their
-# spaces dropped, are a small alphabet: two different English sentences share most of their letters
-# in order, and look-alike folding turned half of them into digits.
-WORD_UNITS = 0xF0000
-_WORD_UNIT_COUNT = 0xFFFE
+# Latin-script text (an English SMS): its letters as they are, punctuation and fillers dropped as in
+# Chinese text, but no look-alike folding outside tokens that hold digits ("l38OO138OOO"): folded, o,
+# i, l, s, b and z became digits masked as "#", and two different sentences kept few letters apart.
 _LATIN_WORD = re.compile("[a-z]{2,}")
 _HAN = re.compile(rf"[{_CJK}]")
 _UNIT = re.compile(rf"[0-9a-z]+|[{_CJK}]")
@@ -223,54 +218,11 @@ def _latin(s: str) -> bool:
     return words > 0 and words > len(_HAN.findall(s))
 
 
-_LATIN_FILLER = re.compile("(?<=[a-z])[^0-9a-z\\s](?=[a-z])")
-
-
-def _drop_latin_filler(s: str) -> str:
-    """``s`` without a punctuation character that spam puts inside words ("he.llo wo*rld"): one met
-    between two letters 4 times or more, and once per 8 letters or more. Real text has a comma or a
-    full stop between two words (normalize drops the space after it) a few times a sentence."""
-    inside = _LATIN_FILLER.findall(s)
-    if len(inside) < 4:
-        return s
-    c = max(set(inside), key=inside.count)
-    k = inside.count(c)
-    if k < 4 or 8 * k < sum(ch.isalpha() for ch in s):
-        return s
-    return s.replace(c, "")
-
-
-@lru_cache(maxsize=1 << 16)
-def word_unit(word: str) -> str:
-    """The skeleton's unit for a Latin word."""
-    return chr(WORD_UNITS + mmh3.hash(word, signed=False) % _WORD_UNIT_COUNT)
-
-
-def _word_units(s: str) -> str:
-    """A Latin-script text's skeleton: a unit per word, a run of three or more single letters read as
-    one word ("w.i.n.n.e.r", "F R E E"), a CJK character as itself, and a token with digits as its
-    characters, look-alikes folded ("l38OO138OOO")."""
-    tokens = _UNIT.findall(_drop_latin_filler(s))
-    out: list[str] = []
-    i, n = 0, len(tokens)
-    while i < n:
-        t = tokens[i]
-        if len(t) == 1 and "a" <= t <= "z":
-            j = i
-            while j < n and len(tokens[j]) == 1 and "a" <= tokens[j] <= "z":
-                j += 1
-            if j - i >= 3:
-                out.append(word_unit("".join(tokens[i:j])))
-                i = j
-                continue
-        if t.isalpha() and t.isascii():
-            out.append(word_unit(t))
-        elif t.isascii():
-            out.append(_fold_lookalike(t))
-        else:
-            out.append(t)
-        i += 1
-    return "".join(out)
+def _latin_skeleton(s: str) -> str:
+    """A Latin-script text's skeleton: its letters, digits and CJK characters, look-alikes folded
+    only in a token that also holds a digit."""
+    return "".join(_fold_lookalike(t) if t.isascii() and not t.isalpha() and not t.isdigit() else t
+                   for t in _UNIT.findall(s))
 
 
 def _may_vary(s: str) -> bool:

@@ -160,6 +160,16 @@ def test_a_benchmark_script_runs_and_writes_its_table(tmp_path, script, args, na
     check(table_of(run_script(tmp_path, script, *args), name))
 
 
+def test_english_sms_scores_each_edit_class(tmp_path):
+    """DailyDialog is not shipped (its licence is non-commercial): the script runs where a user put it."""
+    if not list((REPO / "bench" / "work" / "english").glob("*.txt")):
+        pytest.skip("no DailyDialog files in bench/work/english (see bench/english_sms.py)")
+    rows = table_of(run_script(tmp_path, "english_sms.py", "--peers"), "english_sms")["rows"]
+    ours, peers = rows[0], rows[1:]
+    assert ours[0].startswith("stream-dedup scan") and len(ours) == 15 and ours[1] > 0.9, ours
+    assert [r[0].split(",")[0] for r in peers] == ["rensa char-3 MinHash LSH"] * 3, peers
+
+
 def test_collect_gathers_the_tables_it_finds(tmp_path):
     results = run_script(tmp_path, "stages.py", "--sets", "sms", "--repeat", "1")
     run_script(tmp_path, "collect.py")

@@ -244,8 +244,8 @@ ENGLISH_COPIES = [
 
 @pytest.mark.parametrize("a, b", ENGLISH_APART)
 def test_different_english_messages_stay_apart(ngram, prep, a, b):
-    """Letters alone are a small alphabet: a word is a unit of an English skeleton, as a character
-    is of a Chinese one."""
+    """26 letters are a small alphabet: two English sentences share most of their letters in order,
+    so a Latin-script text is judged by its letter grams, and look-alikes fold only among digits."""
     assert not judged_as_copy(ngram, prep, a, b)
 
 

@@ -36,9 +36,10 @@ without it a changed character of the name is a fifth of the text.
 A number of one or two digits is a large part of what a short text says ("5朵玫瑰" / "3朵玫瑰", "see
 you at 6" / "at 7"): under ``min_contained`` characters, the shorter text's such numbers must be in
 the longer (``_same_numbers``); a campaign's changing prices, codes and phone numbers are longer.
-Latin-script text (an English SMS) has a unit per word in its skeleton (``text.word_unit``), as a
-Chinese text has one per character, and ``min_contained`` counts a word twice (``WORD_WEIGHT``): its
-letters alone are too small an alphabet for subsequences and character pairs to tell a copy.
+Latin-script text (an English SMS, ``_latin_copy``): its 26 letters are too small an alphabet for a
+common subsequence or shared character pairs to tell a copy, as they do among thousands of Han
+characters; its copies share most of their character 4-grams (Jaccard, or containment for a copy
+with additions), and under ``LATIN_SHORT`` letters a copy must be the same or contain it whole.
 Keys stay winnowed: indexing every gram found few more of the campaign benchmark's copies
 (``bench/spam_edits.py``) at several times the cost per message. A skeleton of 2 (w + m - 1)
 characters or fewer adds its ``BOTTOM`` smallest gram hashes, which a copy shares whatever the order
@@ -65,7 +66,7 @@ import numpy as np
 from rapidfuzz.distance import LCSseq, Levenshtein
 
 from ..hashing import shingle_hashes, shingle_hashes_list, shingle_hashes_many
-from ..text import LONG_DIGITS, LONG_NUMBER, WORD_UNITS, long_numbers_only, masked, skeletons, small_numbers
+from ..text import LONG_DIGITS, LONG_NUMBER, long_numbers_only, masked, skeletons, small_numbers
 from .base import Detector, Match, Sketch
 
 if TYPE_CHECKING:
@@ -76,11 +77,33 @@ _KEY_MASK = (1 << 62) - 1
 # a text of nothing but numbers with fewer digits than this (a price, a time) matches only the
 # same digits; a longer one (lottery numbers, an account) is a campaign's, whose digits vary
 NUMBERS_ALONE = 7
-# a Latin word (one unit of the skeleton, ``text.word_unit``) says about as much as two Han
-# characters: ``min_contained`` counts it twice
-WORD_WEIGHT = 2
-_WORD_UNIT = chr(WORD_UNITS)
-_WORD_UNITS = re.compile(f"[{_WORD_UNIT}-\U000FFFFD]")  # a skeleton's Latin words (``text.word_unit``)
+# Latin-script skeletons (``_latin_copy``): a copy shares this share of their LATIN_GRAM-letter grams
+# (Jaccard), or ``containment`` of the shorter's; under LATIN_SHORT letters (numbers left out, some
+# six words) a copy is the same or holds the shorter whole, of LATIN_WHOLE letters or more, with at most
+# half as much again around it
+LATIN_GRAM = 4
+LATIN_JACCARD = 0.5
+LATIN_SHORT = 32
+LATIN_WHOLE = 24
+_LETTERS = re.compile("[a-z]")
+# Latin-script skeletons are keyed by grams of this many letters: English has few 4-letter grams
+# ("what", "ingt"), and their buckets held thousands of texts that every probe verified
+LATIN_KEY_GRAM = 8
+
+
+def _is_latin(sk: str) -> bool:
+    """Whether a skeleton is mostly Latin letters (an English text's, ``text.skeletons``)."""
+    if sk.isascii():  # letters and #
+        return len(sk) > sk.count("#")
+    if 2 * len(sk.encode("ascii", "ignore")) <= len(sk):  # a Chinese one, at a C loop's cost
+        return False
+    return 2 * len(_LETTERS.findall(sk)) > len(sk) - sk.count("#")
+
+
+def _latin_grams(bare: str) -> frozenset[str]:
+    """The ``LATIN_GRAM``-letter grams of a Latin-script skeleton without its numbers."""
+    m = LATIN_GRAM
+    return frozenset(bare[i:i + m] for i in range(len(bare) - m + 1))
 # up to this many characters a text alone is keyed in plain ints (``shingle_hashes_list``,
 # ``winnow_list``) rather than by the dozen NumPy calls of ``shingle_hashes`` and ``winnow``: the
 # two cost the same at 36-40 characters, and most SMS skeletons are shorter
@@ -297,7 +320,8 @@ class NgramDetector(Detector):
         # original is verified against every later copy (a payload's words are decoded, or for a
         # count of 0 segmented, once while it is among the 1,024 most recent)
         self._words_of = lru_cache(maxsize=1024)(self._word_hashes)
-        self._skeleton_cached = lru_cache(maxsize=1024)(self._skeleton_of)  # decoded once per probe, not per candidate
+        self._skeleton_cached = lru_cache(maxsize=1024)(self._skeleton_of)
+        self._latin_grams = lru_cache(maxsize=4096)(_latin_grams)  # decoded once per probe, not per candidate
         self._cache_key = f"ngram#{id(self)}"  # this detector's prefetched keys in Doc.cache
 
     def applies(self, doc: "Doc") -> bool:
@@ -334,11 +358,12 @@ class NgramDetector(Detector):
         return tuple(mmh3.hash64("#" + n, signed=False)[0] & _KEY_MASK for n in sorted(_numbers(full)))
 
     def _keys_alone(self, sk: str) -> tuple[int, ...]:
+        m = LATIN_KEY_GRAM if _is_latin(sk) else self.m
         if len(sk) <= SHORT_TEXT:  # plain ints: NumPy's fixed cost per call is most of a short text's
-            hashes = demote(sk, gram_hashes(sk, self.m), self.m, self.common)
+            hashes = demote(sk, gram_hashes(sk, m), m, self.common)
             keys = winnow_list(hashes, self.w)
         else:
-            array = self._demote_common(demote_array(sk, shingle_hashes(sk, self.m) & np.uint64(_KEY_MASK), self.m))
+            array = self._demote_common(demote_array(sk, shingle_hashes(sk, m) & np.uint64(_KEY_MASK), m))
             keys = winnow(array, self.w)
             hashes = array.tolist() if len(sk) <= self.bottom_chars else []
         if len(sk) <= self.bottom_chars:
@@ -346,6 +371,12 @@ class NgramDetector(Detector):
         return tuple(dict.fromkeys(keys))
 
     def _keys_many(self, skeletons: list[str]) -> list[tuple[int, ...]]:
+        latin = [i for i, sk in enumerate(skeletons) if _is_latin(sk)]
+        if latin:  # keyed by longer grams, one by one (``LATIN_KEY_GRAM``)
+            keyed = dict(zip(latin, (self._keys_alone(skeletons[i]) for i in latin)))
+            rest = [i for i in range(len(skeletons)) if i not in keyed]
+            keyed.update(zip(rest, self._keys_many([skeletons[i] for i in rest])))
+            return [keyed[i] for i in range(len(skeletons))]
         if len(skeletons) < SMALL_BATCH:
             return [self._keys_alone(sk) for sk in skeletons]
         arrays = [demote_array(sk, a & np.uint64(_KEY_MASK), self.m)
@@ -383,25 +414,21 @@ class NgramDetector(Detector):
         return Sketch(self.keys(doc), payload)
 
     @staticmethod
-    def _skeleton_of(p: bytes) -> tuple[str, str, str, str, int]:
+    def _skeleton_of(p: bytes) -> tuple[str, str, str, str, bool]:
         """(the skeleton; it without numbers, as containment reads it; it with its long numbers'
-        digits; it with every digit; ``WORD_WEIGHT`` if it holds Latin words, else 1) of a payload."""
+        digits; it with every digit; whether it is mostly Latin letters) of a payload."""
         (n,) = _COUNT.unpack_from(p)
         full = p[2 + 4 * n:].decode("utf-8")
         sk = masked(full)
-        weight = WORD_WEIGHT if _WORD_UNITS.search(sk) else 1
+        bare = sk.replace("#", "")
+        latin = _is_latin(sk)
         if sk is full:
-            return sk, sk.replace("#", ""), sk, sk, weight
+            return sk, bare, sk, sk, latin
         long = long_numbers_only(full) if LONG_NUMBER.search(full) else sk
-        return sk, sk.replace("#", ""), long, full, weight
+        return sk, bare, long, full, latin
 
     def _segment(self, sk: str) -> frozenset[str]:
-        """The skeleton's words: jieba's, and the units of its Latin words (``text.word_unit``)."""
-        words = frozenset(self.tokenizer.words(sk))
-        units = _WORD_UNITS.findall(sk)
-        if units:
-            words |= frozenset(units)
-        return words or frozenset((sk,))
+        return frozenset(self.tokenizer.words(sk)) or frozenset((sk,))
 
     def _word_hashes(self, p: bytes) -> frozenset[int]:
         (n,) = _COUNT.unpack_from(p)
@@ -410,10 +437,12 @@ class NgramDetector(Detector):
         return frozenset(mmh3.hash(w, signed=False) for w in self._segment(p[2:].decode("utf-8")))
 
     def verify(self, a: bytes, b: bytes) -> Match | None:
-        (ska, bare_a, fa, na, wa), (skb, bare_b, fb, nb, wb) = self._skeleton_cached(a), self._skeleton_cached(b)
-        short = self.min_contained // max(wa, wb)
+        (ska, bare_a, fa, na, la), (skb, bare_b, fb, nb, lb) = self._skeleton_cached(a), self._skeleton_cached(b)
+        short = LATIN_SHORT if la and lb else self.min_contained
         if (na is not ska or nb is not skb) and not _same_numbers(len(bare_a), na, len(bare_b), nb, short):
             return None
+        if la and lb:
+            return self._latin_copy(bare_a, bare_b)
         if len(ska) < short or len(skb) < short:
             m = self._short_copy(ska, skb)
         else:
@@ -426,11 +455,31 @@ class NgramDetector(Detector):
                     or LCSseq.similarity(ska, skb, score_cutoff=cut)):
                 m = self._copy(a, b, ska, skb)
                 if m is None and self.containment:
-                    m = self._contained(bare_a, bare_b, short)
+                    m = self._contained(bare_a, bare_b)
         if m is None and fa != ska and fb != skb and self.containment and _numbers(fa) & _numbers(fb):
             # one account number: the texts with its digits, as longer ones
-            m = self._contained(fa.replace("#", ""), fb.replace("#", ""), short)
+            m = self._contained(fa.replace("#", ""), fb.replace("#", ""))
         return m
+
+    def _latin_copy(self, a: str, b: str) -> Match | None:
+        """Two Latin-script skeletons without their numbers: the same, or the shorter whole in the
+        longer when short; else most of their letter grams (``LATIN_GRAM``) shared, or most of the
+        shorter's found in the longer (a copy with a tag or a tail) when it is ``contained_ratio`` of it."""
+        short, long = (a, b) if len(a) <= len(b) else (b, a)
+        if len(short) < LATIN_SHORT:
+            return Match(1.0) if short == long or (len(short) >= LATIN_WHOLE and 2 * len(long) <= 3 * len(short)
+                                                   and short in long) else None
+        contained = self.containment and len(short) >= self.contained_ratio * len(long)
+        if not contained and len(short) < LATIN_JACCARD * len(long):  # Jaccard <= about shorter / longer
+            return None
+        ga, gb = self._latin_grams(short), self._latin_grams(long)
+        inter = len(ga & gb)
+        jaccard = inter / (len(ga) + len(gb) - inter)
+        if jaccard >= LATIN_JACCARD:
+            return Match(round(jaccard, 4))
+        if contained and inter >= self.containment * len(ga):
+            return Match(round(inter / len(ga), 4))
+        return None
 
     def _short_copy(self, ska: str, skb: str) -> Match | None:
         """A text under ``min_contained`` skeleton characters: the same skeleton, or (numbers left
@@ -471,18 +520,17 @@ class NgramDetector(Detector):
             return None
         return Match(jac)
 
-    def _contained(self, ska: str, skb: str, short_below: int) -> Match | None:
+    def _contained(self, ska: str, skb: str) -> Match | None:
         """A copy with additions (a sender tag, an opt-out or contact tail, inserted or changed
         characters): most of the shorter skeleton's characters in the longer in order (their longest
         common subsequence), or, for clauses moved around, most of its character pairs found in the longer.
-        Only for a shorter text of ``short_below`` characters or more (``min_contained``, less for
-        Latin words) and at least
+        Only for a shorter text of ``min_contained`` characters or more and at least
         ``contained_ratio`` of the longer's length, so that a short phrase ("好的", a greeting) is
         never a copy of every text that contains it. The skeletons come without their numbers
         (``#``): numbers vary inside a campaign and say little about the text."""
         short, long = (ska, skb) if len(ska) <= len(skb) else (skb, ska)
         n = len(short)
-        if n < short_below:  # numbers left out it is short: whole, in one piece
+        if n < self.min_contained:  # numbers left out it is short: whole, in one piece
             return self._short_copy(short, long)
         if n < self.contained_ratio * len(long):
             return None
