@@ -239,6 +239,7 @@ ENGLISH_COPIES = [
     ENGLISH.replace("booked", "bookd"),
     ENGLISH.replace("double", "d.o.u.b.l.e"),
     ENGLISH[:70],
+    "It's a double room. Could you keep it for 3 days? Yes, I have booked a room for 24th.",
 ]
 
 

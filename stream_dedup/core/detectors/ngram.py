@@ -463,12 +463,12 @@ class NgramDetector(Detector):
 
     def _latin_copy(self, a: str, b: str) -> Match | None:
         """Two Latin-script skeletons without their numbers: the same, or the shorter whole in the
-        longer when short; else most of their letter grams (``LATIN_GRAM``) shared, or most of the
+        longer (in one piece, or as its clauses moved around, ``_in_pieces``) when short; else most of their letter grams (``LATIN_GRAM``) shared, or most of the
         shorter's found in the longer (a copy with a tag or a tail) when it is ``contained_ratio`` of it."""
         short, long = (a, b) if len(a) <= len(b) else (b, a)
         if len(short) < LATIN_SHORT:
-            return Match(1.0) if short == long or (len(short) >= LATIN_WHOLE and 2 * len(long) <= 3 * len(short)
-                                                   and short in long) else None
+            whole = len(short) >= LATIN_WHOLE and 2 * len(long) <= 3 * len(short)
+            return Match(1.0) if short == long or (whole and (short in long or _in_pieces(short, long))) else None
         contained = self.containment and len(short) >= self.contained_ratio * len(long)
         if not contained and len(short) < LATIN_JACCARD * len(long):  # Jaccard <= about shorter / longer
             return None
