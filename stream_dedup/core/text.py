@@ -214,8 +214,9 @@ _UNIT = re.compile(rf"[0-9a-z]+|[{_CJK}]")
 
 def _latin(s: str) -> bool:
     """Whether a normalized text has more Latin words (two letters or more) than CJK characters."""
-    words = len(_LATIN_WORD.findall(s))
-    return words > 0 and words > len(_HAN.findall(s))
+    if _LATIN_WORD.search(s) is None:  # most Chinese texts
+        return False
+    return len(_LATIN_WORD.findall(s)) > len(_HAN.findall(s))
 
 
 def _latin_skeleton(s: str) -> str:

@@ -95,7 +95,7 @@ def _is_latin(sk: str) -> bool:
     """Whether a skeleton is mostly Latin letters (an English text's, ``text.skeletons``)."""
     if sk.isascii():  # letters and #
         return len(sk) > sk.count("#")
-    if 2 * len(sk.encode("ascii", "ignore")) <= len(sk):  # a Chinese one, at a C loop's cost
+    if _LETTERS.search(sk) is None:  # most Chinese ones
         return False
     return 2 * len(_LETTERS.findall(sk)) > len(sk) - sk.count("#")
 
@@ -463,8 +463,9 @@ class NgramDetector(Detector):
 
     def _latin_copy(self, a: str, b: str) -> Match | None:
         """Two Latin-script skeletons without their numbers: the same, or the shorter whole in the
-        longer (in one piece, or as its clauses moved around, ``_in_pieces``) when short; else most of their letter grams (``LATIN_GRAM``) shared, or most of the
-        shorter's found in the longer (a copy with a tag or a tail) when it is ``contained_ratio`` of it."""
+        longer (in one piece, or as its clauses moved around, ``_in_pieces``) when short; else most
+        of their letter grams (``LATIN_GRAM``) shared, or most of the shorter's found in the longer
+        (a copy with a tag or a tail) when it is ``contained_ratio`` of it."""
         short, long = (a, b) if len(a) <= len(b) else (b, a)
         if len(short) < LATIN_SHORT:
             whole = len(short) >= LATIN_WHOLE and 2 * len(long) <= 3 * len(short)
