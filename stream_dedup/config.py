@@ -125,7 +125,7 @@ class NgramSettings(_Section):
         "at or above which a short text is a copy with additions (0 = off)")] = 0.85
     min_contained: Annotated[int, Meta(ge=1, description="a shorter text of fewer skeleton characters (numbers left out) must be contained whole "
         "and in one piece, or as its clauses moved around, with at most half as much again added around it "
-        "(under 8: the same skeleton only); Latin-script texts: see docs/design.md")] = 16
+        "(under 8: the same skeleton only); alphabetic texts (English, Russian): see docs/design.md")] = 16
     contained_ratio: Annotated[float, Meta(gt=0, le=1, description="and its length as a share of the longer's at least this")] = 0.5
 
 

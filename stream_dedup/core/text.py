@@ -133,7 +133,7 @@ def split_sentences(text: str) -> list[str]:
     return out
 
 
-_SKELETON_DROP = re.compile(rf"[^0-9a-z{_CJK}]+")
+_SKELETON_DROP = re.compile(r"[\W_]+")  # all but letters and digits, of any script
 _DIGITS = re.compile(r"[0-9]+")
 # a run of this many digits or more is a card or account number (``skeletons``)
 LONG_DIGITS = 12
@@ -204,26 +204,28 @@ def _unnumbered(normalized: str) -> str:
     return _fold_lookalike(_drop_interleaved(_SKELETON_DROP.sub("", normalized)))
 
 
-# Latin-script text (an English SMS): its letters as they are, punctuation and fillers dropped as in
-# Chinese text, but no look-alike folding outside tokens that hold digits ("l38OO138OOO"): folded, o,
-# i, l, s, b and z became digits masked as "#", and two different sentences kept few letters apart.
-_LATIN_WORD = re.compile("[a-z]{2,}")
+# Alphabetic text (an English, Russian or Korean SMS): its letters as they are, punctuation and
+# fillers dropped as in Chinese text, but no look-alike folding outside tokens that hold digits
+# ("l38OO138OOO"): folded, o, i, l, s, b and z became digits masked as "#", and two different English
+# sentences kept few letters apart.
+LETTER = re.compile(rf"[^\W\d_{_CJK}]")  # a letter of an alphabet (Latin, Cyrillic, Hangul...), not CJK
+_WORD = re.compile(rf"[^\W\d_{_CJK}]{{2,}}")
 _HAN = re.compile(rf"[{_CJK}]")
-_UNIT = re.compile(rf"[0-9a-z]+|[{_CJK}]")
+_TOKEN = re.compile(r"[^\W_]+")
 
 
 def _latin(s: str) -> bool:
-    """Whether a normalized text has more Latin words (two letters or more) than CJK characters."""
-    if _LATIN_WORD.search(s) is None:  # most Chinese texts
+    """Whether a normalized text has more alphabetic words (two letters or more) than CJK characters."""
+    if _WORD.search(s) is None:  # most Chinese texts
         return False
-    return len(_LATIN_WORD.findall(s)) > len(_HAN.findall(s))
+    return len(_WORD.findall(s)) > len(_HAN.findall(s))
 
 
 def _latin_skeleton(s: str) -> str:
-    """A Latin-script text's skeleton: its letters, digits and CJK characters, look-alikes folded
-    only in a token that also holds a digit."""
+    """An alphabetic text's skeleton: its letters, digits and CJK characters, look-alikes folded
+    only in an ASCII token that holds both letters and digits."""
     return "".join(_fold_lookalike(t) if t.isascii() and not t.isalpha() and not t.isdigit() else t
-                   for t in _UNIT.findall(s))
+                   for t in _TOKEN.findall(s))
 
 
 def _may_vary(s: str) -> bool:

@@ -36,10 +36,11 @@ without it a changed character of the name is a fifth of the text.
 A number of one or two digits is a large part of what a short text says ("5朵玫瑰" / "3朵玫瑰", "see
 you at 6" / "at 7"): under ``min_contained`` characters, the shorter text's such numbers must be in
 the longer (``_same_numbers``); a campaign's changing prices, codes and phone numbers are longer.
-Latin-script text (an English SMS, ``_latin_copy``): its 26 letters are too small an alphabet for a
-common subsequence or shared character pairs to tell a copy, as they do among thousands of Han
-characters; its copies share most of their character 4-grams (Jaccard, or containment for a copy
-with additions), and under ``LATIN_SHORT`` letters a copy must be the same or contain it whole.
+Alphabetic text (an English, Russian or Korean SMS, ``_latin_copy``; "Latin" in the names below): an
+alphabet is too small for a common subsequence or shared character pairs to tell a copy, as they do
+among thousands of Han characters; its copies share most of their character 4-grams (Jaccard, or
+containment for a copy with additions), and under ``LATIN_SHORT`` letters a copy must be the same
+or contain it whole.
 Keys stay winnowed: indexing every gram found few more of the campaign benchmark's copies
 (``bench/spam_edits.py``) at several times the cost per message. A skeleton of 2 (w + m - 1)
 characters or fewer adds its ``BOTTOM`` smallest gram hashes, which a copy shares whatever the order
@@ -66,7 +67,7 @@ import numpy as np
 from rapidfuzz.distance import LCSseq, Levenshtein
 
 from ..hashing import shingle_hashes, shingle_hashes_list, shingle_hashes_many
-from ..text import LONG_DIGITS, LONG_NUMBER, long_numbers_only, masked, skeletons, small_numbers
+from ..text import LETTER, LONG_DIGITS, LONG_NUMBER, long_numbers_only, masked, skeletons, small_numbers
 from .base import Detector, Match, Sketch
 
 if TYPE_CHECKING:
@@ -85,7 +86,6 @@ LATIN_GRAM = 4
 LATIN_JACCARD = 0.5
 LATIN_SHORT = 32
 LATIN_WHOLE = 24
-_LETTERS = re.compile("[a-z]")
 # Latin-script skeletons are keyed by grams of this many letters: English has few 4-letter grams
 # ("what", "ingt"), and their buckets held thousands of texts that every probe verified
 LATIN_KEY_GRAM = 8
@@ -95,9 +95,9 @@ def _is_latin(sk: str) -> bool:
     """Whether a skeleton is mostly Latin letters (an English text's, ``text.skeletons``)."""
     if sk.isascii():  # letters and #
         return len(sk) > sk.count("#")
-    if _LETTERS.search(sk) is None:  # most Chinese ones
+    if LETTER.search(sk) is None:  # most Chinese ones
         return False
-    return 2 * len(_LETTERS.findall(sk)) > len(sk) - sk.count("#")
+    return 2 * len(LETTER.findall(sk)) > len(sk) - sk.count("#")
 
 
 def _latin_grams(bare: str) -> frozenset[str]:
