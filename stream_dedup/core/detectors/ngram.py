@@ -104,6 +104,8 @@ def _latin_grams(bare: str) -> frozenset[str]:
     """The ``LATIN_GRAM``-letter grams of a Latin-script skeleton without its numbers."""
     m = LATIN_GRAM
     return frozenset(bare[i:i + m] for i in range(len(bare) - m + 1))
+
+
 # up to this many characters a text alone is keyed in plain ints (``shingle_hashes_list``,
 # ``winnow_list``) rather than by the dozen NumPy calls of ``shingle_hashes`` and ``winnow``: the
 # two cost the same at 36-40 characters, and most SMS skeletons are shorter
@@ -320,8 +322,8 @@ class NgramDetector(Detector):
         # original is verified against every later copy (a payload's words are decoded, or for a
         # count of 0 segmented, once while it is among the 1,024 most recent)
         self._words_of = lru_cache(maxsize=1024)(self._word_hashes)
-        self._skeleton_cached = lru_cache(maxsize=1024)(self._skeleton_of)
-        self._latin_grams = lru_cache(maxsize=4096)(_latin_grams)  # decoded once per probe, not per candidate
+        self._skeleton_cached = lru_cache(maxsize=1024)(self._skeleton_of)  # decoded once per probe, not per candidate
+        self._latin_grams = lru_cache(maxsize=4096)(_latin_grams)
         self._cache_key = f"ngram#{id(self)}"  # this detector's prefetched keys in Doc.cache
 
     def applies(self, doc: "Doc") -> bool:
@@ -471,7 +473,8 @@ class NgramDetector(Detector):
             whole = len(short) >= LATIN_WHOLE and 2 * len(long) <= 3 * len(short)
             return Match(1.0) if short == long or (whole and (short in long or _in_pieces(short, long))) else None
         contained = self.containment and len(short) >= self.contained_ratio * len(long)
-        if not contained and len(short) < LATIN_JACCARD * len(long):  # Jaccard <= about shorter / longer
+        # Jaccard <= about shorter / longer (unless the longer repeats a run of letters over and over)
+        if not contained and len(short) < LATIN_JACCARD * len(long):
             return None
         ga, gb = self._latin_grams(short), self._latin_grams(long)
         inter = len(ga & gb)
