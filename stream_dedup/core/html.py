@@ -74,6 +74,8 @@ def choose(precise: list[tuple[int, str]], recalled: Callable[[], list[tuple[int
     """The rule of ``extract_blocks`` over its three extractions (the other two made only when
     needed). The constants are parameters so that ``bench/extraction_loo.py`` can score them
     leaving one site out."""
+    if other_prose(precise) >= MIN_OTHER_LETTERS:  # an article in another script: Han counts cannot judge it
+        return _other_script(precise, recalled, factor)
     best, score = precise, prose_chars(precise)
     if score < min_prose:
         more = recalled()
@@ -121,6 +123,33 @@ def page_text(html: str, *, max_depth: int = 200) -> str:
     """All the text of a page outside its scripts and styles (to tell a page without an article
     from one without any text)."""
     return " ".join(t for _, t in all_blocks(parse(html, max_depth)))
+
+
+# letters of other scripts (Latin, kana, Hangul, Arabic...) in sentences above which the precise
+# extraction is an article in that script: the Han counts of ``choose`` would swap it for the recall
+# mode or the page walk on the strength of a few Han characters in an ad or a footer
+MIN_OTHER_LETTERS = 100
+# and below which the recall mode is tried for it (as ``MIN_PROSE`` Han characters are for Chinese)
+OTHER_MIN_PROSE = 400
+
+
+def _other_script(precise: list[tuple[int, str]], recalled: Callable[[], list[tuple[int, str]]],
+                  factor: float) -> list[tuple[int, str]]:
+    """``choose`` for an article in another script: the recall mode when the precise one found little
+    prose and it finds ``factor`` times as much, else the precise one."""
+    score = other_prose(precise)
+    if score < OTHER_MIN_PROSE:
+        more = recalled()
+        if other_prose(more) > factor * score:
+            return [b for b in more if not _navigation(b[1])]
+    return precise
+_OTHER_LETTER = re.compile(r"[^\W\d_\u4e00-\u9fff]")
+
+
+def other_prose(blocks: list[tuple[int, str]]) -> int:
+    """Letters outside Han in blocks that read as sentences (a sentence mark, not a menu line)."""
+    return sum(len(_OTHER_LETTER.findall(t)) for _, t in blocks
+               if any(c in _SENTENCE_MARKS for c in t) and not _navigation(t))
 
 
 def prose_chars(blocks: list[tuple[int, str]]) -> int:

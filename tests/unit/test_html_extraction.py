@@ -102,3 +102,22 @@ def test_a_template_without_its_article_is_unique_with_a_note(site):
     for ident in ("empty-a", "empty-b"):
         assert got[ident]["verdict"] == "unique" and got[ident]["note"] == "no_article_text", got[ident]
     assert "note" not in got["article"]
+
+
+UDHR_EN = [(0, "Universal Declaration of Human Rights"),
+           (0, "All human beings are born free and equal in dignity and rights. They are endowed with reason "
+               "and conscience and should act towards one another in a spirit of brotherhood."),
+           (0, "Everyone has the right to life, liberty and security of person.")]
+
+
+def test_an_article_in_another_script_is_not_swapped_for_a_few_han_characters():
+    """Han prose counts judged every page: an English (Japanese, Arabic...) article had none, so the
+    page walk won with an ad or an ICP footer of a few Han sentences (on magic-html's benchmark pages
+    outside html_dev, an English article reduced to its footer)."""
+    from stream_dedup.core.html import choose
+
+    footer = [(0, "建议以IE8.0以上版本浏览器浏览本页面，京ICP备11039383号。"),
+              (0, "医师推荐！43岁女性涂抹烟酰胺1个月后斑点就消失了，热门话题。")]
+    assert choose(UDHR_EN, lambda: UDHR_EN, lambda: footer) == UDHR_EN
+    # a fragment of it: the recall mode's whole article is taken, as for a Chinese page
+    assert choose(UDHR_EN[:2], lambda: UDHR_EN * 3, lambda: footer) == UDHR_EN * 3
