@@ -23,7 +23,7 @@ from .paragraphs import BODY, EMPHASIS, HEADING_LEVELS, HEADINGS, heading, weigh
 
 # prose characters under which the extraction is taken for missing the body and the page's own
 # prose blocks are walked instead
-MIN_MAIN_CHARS = 80
+MIN_MAIN_CHARS = 40
 
 _DROP = {"script", "style", "noscript", "nav", "header", "footer", "form", "aside", "iframe", "svg",
          "button", "select", "template", "head"}

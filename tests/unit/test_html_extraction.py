@@ -121,3 +121,14 @@ def test_an_article_in_another_script_is_not_swapped_for_a_few_han_characters():
     assert choose(UDHR_EN, lambda: UDHR_EN, lambda: footer) == UDHR_EN
     # a fragment of it: the recall mode's whole article is taken, as for a Chinese page
     assert choose(UDHR_EN[:2], lambda: UDHR_EN * 3, lambda: footer) == UDHR_EN * 3
+
+
+def test_a_short_body_of_titles_is_not_swapped_for_the_page_walk():
+    """theorychina_1 is a journal issue's contents, titles without sentence marks: some 78 Han
+    characters of prose, under the old bound of 80, and the page walk replaced them with the site's
+    menus and notices (13% of the hand-made text; as on a 70-character sohu news item and a caijing
+    article outside html_dev)."""
+    text = "".join(t for _, t in extract_blocks(page("theorychina_1")))
+    for title in ("中国特色社会主义政治经济学视角下的中国式现代化道路", "论发展全过程人民民主与新时代民生建设",
+                  "基本公共服务均等化的政策逻辑与深化"):
+        assert title in text
