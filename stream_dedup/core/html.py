@@ -74,8 +74,9 @@ def choose(precise: list[tuple[int, str]], recalled: Callable[[], list[tuple[int
     """The rule of ``extract_blocks`` over its three extractions (the other two made only when
     needed). The constants are parameters so that ``bench/extraction_loo.py`` can score them
     leaving one site out."""
-    if other_prose(precise) >= MIN_OTHER_LETTERS:  # an article in another script: Han counts cannot judge it
-        return _other_script(precise, recalled, factor)
+    other = other_prose(precise)
+    if other >= MIN_OTHER_LETTERS:  # an article in another script: Han counts cannot judge it
+        return _other_script(precise, other, recalled, factor)
     best, score = precise, prose_chars(precise)
     if score < min_prose:
         more = recalled()
@@ -133,11 +134,10 @@ MIN_OTHER_LETTERS = 100
 OTHER_MIN_PROSE = 400
 
 
-def _other_script(precise: list[tuple[int, str]], recalled: Callable[[], list[tuple[int, str]]],
+def _other_script(precise: list[tuple[int, str]], score: int, recalled: Callable[[], list[tuple[int, str]]],
                   factor: float) -> list[tuple[int, str]]:
-    """``choose`` for an article in another script: the recall mode when the precise one found little
-    prose and it finds ``factor`` times as much, else the precise one."""
-    score = other_prose(precise)
+    """``choose`` for an article in another script, of ``score`` letters of prose (``other_prose``): the
+    recall mode when that is little and it finds ``factor`` times as much, else the precise one."""
     if score < OTHER_MIN_PROSE:
         more = recalled()
         if other_prose(more) > factor * score:

@@ -359,8 +359,9 @@ class NgramDetector(Detector):
             return ()
         return tuple(mmh3.hash64("#" + n, signed=False)[0] & _KEY_MASK for n in sorted(_numbers(full)))
 
-    def _keys_alone(self, sk: str) -> tuple[int, ...]:
-        m = LATIN_KEY_GRAM if _is_latin(sk) else self.m
+    def _keys_alone(self, sk: str, latin: bool | None = None) -> tuple[int, ...]:
+        """One skeleton's keys; ``latin``: whether it is a Latin-script one, when already known."""
+        m = LATIN_KEY_GRAM if (_is_latin(sk) if latin is None else latin) else self.m
         if len(sk) <= SHORT_TEXT:  # plain ints: NumPy's fixed cost per call is most of a short text's
             hashes = demote(sk, gram_hashes(sk, m), m, self.common)
             keys = winnow_list(hashes, self.w)
@@ -375,12 +376,16 @@ class NgramDetector(Detector):
     def _keys_many(self, skeletons: list[str]) -> list[tuple[int, ...]]:
         latin = [i for i, sk in enumerate(skeletons) if _is_latin(sk)]
         if latin:  # keyed by longer grams, one by one (``LATIN_KEY_GRAM``)
-            keyed = dict(zip(latin, (self._keys_alone(skeletons[i]) for i in latin)))
+            keyed = {i: self._keys_alone(skeletons[i], latin=True) for i in latin}
             rest = [i for i in range(len(skeletons)) if i not in keyed]
-            keyed.update(zip(rest, self._keys_many([skeletons[i] for i in rest])))
+            keyed.update(zip(rest, self._keys_batch([skeletons[i] for i in rest])))
             return [keyed[i] for i in range(len(skeletons))]
+        return self._keys_batch(skeletons)
+
+    def _keys_batch(self, skeletons: list[str]) -> list[tuple[int, ...]]:
+        """``_keys_many`` of skeletons none of which is a Latin-script one."""
         if len(skeletons) < SMALL_BATCH:
-            return [self._keys_alone(sk) for sk in skeletons]
+            return [self._keys_alone(sk, latin=False) for sk in skeletons]
         arrays = [demote_array(sk, a & np.uint64(_KEY_MASK), self.m)
                   for sk, a in zip(skeletons, shingle_hashes_many(skeletons, self.m))]
         cat = self._demote_common(np.concatenate(arrays)) if arrays else np.zeros(0, dtype=np.uint64)
