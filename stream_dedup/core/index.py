@@ -16,14 +16,13 @@ read per key. The price is a read-modify-write per key on insert, bounded by ``m
 
 Entries are sorted by (ts, id), so a probe verifies each bucket from its earliest entry up to the
 first match: the earliest match. Past it (BRIDGE_READ entries a bucket), only one entry of each
-other cluster is verified, the earliest of a cluster met in BRIDGE_KEYS buckets: each entry
-carries a label, the label of its own earliest match when it was indexed (else its id's hash), so
-one label means one cluster; clusters only ever merge, so an old label costs a verify, never a
-wrong skip. A match of another label is a bridge: the probing document joins that cluster to its
-own (``DecideStage``). Entries later than the probing document are all verified: those are
-late matches, answered so that the later document's verdict is revised (except those that match
-the probe's earliest match in a bucket they share: their verdicts name that or an earlier one
-already, ``BucketIndex.covered``).
+other cluster is verified, the earliest met: each entry carries a label, the label of its own
+earliest match when it was indexed (else its id's hash), so one label means one cluster; clusters
+only ever merge, so an old label costs a verify, never a wrong skip. A match of another label is a
+bridge: the probing document joins that cluster to its own (``DecideStage``). Entries later than
+the probing document are all verified: those are late matches, answered so that the later
+document's verdict is revised (except those that match the probe's earliest match in a bucket they
+share: their verdicts name that or an earlier one already, ``BucketIndex.covered``).
 
 Windows: every write prunes the bucket of entries older than ``watermark - window`` (event time),
 so live buckets stay bounded; buckets no document touches again are dropped by ``sweep`` (scan)
@@ -77,12 +76,12 @@ BUCKET = b"L"  # labelled buckets; buckets of earlier versions ("B", no labels) 
 # bytes of an entry's label, before its payload (two clusters whose labels collide, about one pair
 # in 4 billion, only lose a bridge between them)
 LABEL = 4
-# Past its earliest match a probe verifies the earliest entry of each other label that it meets in
-# BRIDGE_KEYS of its buckets, reading up to BRIDGE_READ entries a bucket. Why not every entry: bridges
-# are rare, the entries of other clusters in a probe's buckets mostly share one common phrase with
-# it, and a campaign's buckets hold hundreds of entries (walked whole on every copy, they made
-# ``bench/campaign.py``'s scan several times slower).
-BRIDGE_KEYS = 2
+# Past its earliest match a probe verifies the earliest entry of each other label that it meets,
+# reading up to BRIDGE_READ entries a bucket. Why not every entry: bridges are rare, and a
+# campaign's buckets hold hundreds of entries (walked whole on every copy, they made
+# ``bench/campaign.py``'s scan several times slower). Why not only labels met in two or more
+# buckets, which verified less: the workers walk a document's buckets partition by partition, and a
+# bridge whose shared buckets fell one to a partition was found by scan and missed by the workers.
 BRIDGE_READ = 8
 Verify = Callable[[bytes, bytes], Match | None]
 Entry = tuple[int, str, bytes]  # ts, id, inline payload (b"" when stored under P)
@@ -470,29 +469,16 @@ class _Walk:
         self.kept: dict[tuple[int, str], bytes | None] = {}
         self.shared: list[tuple[tuple[int, str] | None, list[tuple[int, str]]]] = []
         self.refs = index._refs.get(det, {})
-        # past the earliest match, per label not met: [its earliest entry met (ts, id), that
-        # entry's inline payload, how many buckets hold one]; verified at the end (``_bridges``)
-        self.past: dict[bytes, list] = {}
-        self.deferred: set[bytes] = set()  # the labels met past the earliest match in this bucket
+        # past the earliest match, per label not met: its earliest entry met (ts, id) and that
+        # entry's inline payload; verified at the end (``_bridges``)
+        self.past: dict[bytes, tuple[tuple[int, str], bytes]] = {}
         self.alike = False  # the earliest match's payload is the probe's: nothing past it to learn
 
-    def twin(self, deferred: AbstractSet[bytes]) -> None:
-        """A bucket of the same bytes as one walked: its labels past the earliest match count again."""
-        for label in deferred:
-            got = self.past.get(label)
-            if got is not None:
-                got[2] += 1
-
     def _past(self, label: bytes, cand: tuple[int, str], inline: bytes) -> None:
-        """An entry past the earliest match, of a label not met and not met yet in this bucket."""
-        self.deferred.add(label)
+        """An entry past the earliest match, of a label not met: kept if the earliest of its label."""
         got = self.past.get(label)
-        if got is None:
-            self.past[label] = [cand, inline, 1]
-        else:
-            got[2] += 1
-            if cand < got[0]:
-                got[0], got[1] = cand, inline
+        if got is None or cand < got[0]:
+            self.past[label] = (cand, inline)
 
     def _verify(self, cand: tuple[int, str], inline: bytes) -> tuple[Match | None, bytes | None]:
         """Verify a candidate not verified yet, its payload ``inline`` in the bucket or under P;
@@ -537,7 +523,7 @@ class _Walk:
                         return
                     budget -= 1
                     label = _entry_label(raw, at, il, body)
-                    if label in met or label in self.deferred:
+                    if label in met:
                         continue
                     cand = cand or (cts, raw[at - il:at].decode("utf-8", "surrogatepass"))
                     if cand[1] != ident and cand not in seen:
@@ -591,7 +577,7 @@ class _Walk:
                 if cand != self.best and not self.alike and budget > 0:
                     budget -= 1
                     label = _entry_label(raw, id_end, il, body)
-                    if label not in self.met and label not in self.deferred and cand not in self.seen:
+                    if label not in self.met and cand not in self.seen:
                         self._past(label, cand, raw[body:pos])
                 continue
             if cand in self.seen:  # met in an earlier bucket: a match there is best or in later already
@@ -612,10 +598,9 @@ class _Walk:
         return end if spot == -1 else spot
 
     def _bridges(self) -> None:
-        """Verify, for each label met past the earliest match in BRIDGE_KEYS buckets or more, its
-        earliest entry met there."""
-        for label, (cand, inline, n) in sorted(self.past.items(), key=lambda kv: kv[1][0]):
-            if n < BRIDGE_KEYS or label in self.met or cand in self.seen:
+        """Verify, for each label met past the earliest match, its earliest entry met there."""
+        for label, (cand, inline) in sorted(self.past.items(), key=lambda kv: kv[1][0]):
+            if label in self.met or cand in self.seen:
                 continue
             m, other = self._verify(cand, inline)
             if m is not None:
@@ -714,8 +699,7 @@ class BucketIndex:
         if not any(raws.values()):  # new keys (most of a stream of distinct texts)
             return ProbeResult(label=label_of(ident))
         walk = _Walk(self, det, ident, ts, payload, verify)
-        # twin_key -> bucket, its spot, the labels met past the earliest match in it (``_Walk.past``)
-        walked: dict[tuple[int, bytes], tuple[bytes, int | None, AbstractSet[bytes]]] = {}
+        walked: dict[tuple[int, bytes], tuple[bytes, int | None]] = {}  # twin_key -> bucket, its spot
         for bk, raw in raws.items():
             if not raw:
                 continue
@@ -727,17 +711,15 @@ class BucketIndex:
             if twin is not None and twin[0] == raw:
                 if twin[1] is not None and spots is not None:
                     spots[bk] = twin[1]
-                walk.twin(twin[2])
                 continue
-            walk.deferred = set()
             if raw[:1] == _MAGIC and all_before(raw, walk.me):
                 walk.earlier_only(raw)  # a stream in time order: every entry is earlier
-                walked[sig] = (raw, None, walk.deferred)
+                walked[sig] = (raw, None)
                 continue
             spot = walk.bucket(raw, late, spots is not None)
             if spot is not None and spots is not None:
                 spots[bk] = spot
-            walked[sig] = (raw, spot, walk.deferred)
+            walked[sig] = (raw, spot)
         return walk.result(self.window)
 
     @staticmethod

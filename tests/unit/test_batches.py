@@ -405,3 +405,33 @@ def test_internal_messages_and_states_are_compact_and_read_old_json_records():
                                                 "n": 2, "p": None, "r": 2.0, "x": text}).encode()) == m
     plain = Prepared("doc-1", 1000, b"\x01" * 16, "text", [(2, (5, 6), b"\x00" * 110)], None, snippet)
     assert len(plain.to_bytes()) < 0.75 * len(plain._json())
+
+
+def test_a_late_bridge_whose_shared_buckets_fall_one_to_a_partition_merges_as_in_scan():
+    """Two real spam messages (``sms/sms_spam_zh.jsonl`` rows 36014 and 36091, x read as 7), a copy
+    of each, and their concatenation last. The bridge shares four buckets with c, each in another
+    of four partitions, each of which also holds a bucket of a: every partition's walk meets c past
+    its earliest match (a), in one bucket. scan meets c in four; the workers must join c's cluster
+    to a's as scan does."""
+    from stream_dedup.core.routing import key_partition
+
+    s1 = "【天猫】@蜜丝佛陀官方旗舰店，7.7女王节，小蜜送钜惠！全场7.7折起，满777减77再送777，手机下单历史最低，7月7日心动开抢！"
+    s2 = "感谢致电武汉三环锁业经营部，本店主营五金装饰销售，价格适中，质量一流，诚信经营，客户至上"
+    t = 1_700_000_000_000
+    events = [{"id": "a", "text": s1, "ts": t + 10}, {"id": "a2", "text": s1 + "，回T退订", "ts": t + 11},
+              {"id": "c", "text": s2, "ts": t + 20}, {"id": "c2", "text": "【抽奖】" + s2, "ts": t + 21},
+              {"id": "bridge", "text": s1 + s2, "ts": t + 30}]
+    settings = load_settings(environ={})
+    prep = Preparer(settings)
+    keys = {e["id"]: {(code, k) for code, ks, _ in prep.prepare(e).sketches for k in ks} for e in events}
+    with_a = {key_partition(code, k, 4) for code, k in keys["bridge"] & keys["a"]}
+    with_c = [key_partition(code, k, 4) for code, k in keys["bridge"] & keys["c"]]
+    # the case: c's shared buckets one to a partition, each partition with one of a's too
+    assert len(with_c) >= 2 and len(set(with_c)) == len(with_c) and set(with_c) <= with_a
+    engine = Engine(settings)
+    expected = {v.id: (v.verdict, v.duplicate_of) for e in events for v in engine.process(e)}
+    assert expected == {"a": ("unique", None), **{i: ("duplicate", "a") for i in ("a2", "c", "c2", "bridge")}}
+    for seed in range(3):
+        got, clusters, _ = run_batched(events, settings, partitions=4, rng=random.Random(seed))
+        assert {i: (v.verdict, v.duplicate_of) for i, v in got.items()} == expected
+        assert clusters["a"].size == 5

@@ -324,9 +324,7 @@ def test_a_campaigns_buckets_of_the_same_bytes_are_walked_and_merged_once(monkey
         for idx, keys in ((six, (1, 2, 3, 4, 5, 6)), (one, (1,))):
             heads[0] = merges[0] = 0
             r = idx.probe_insert(1, ident, ts, payload, keys, same)
-            # (not the bridges: past the earliest match an entry of another label, e.g. a copy indexed
-            # before the earlier ones came, is in six buckets here, BRIDGE_KEYS or more, in one there)
-            got.append((r.earliest, r.later, r.covered))
+            got.append((r.earliest, r.later, r.covered, r.bridges))
             work[len(keys)] = (heads[0], merges[0])
         assert got[0] == got[1]
         assert all(six.data[six.bucket_key(1, k)] == one.data[one.bucket_key(1, 1)] for k in range(1, 7))
@@ -792,11 +790,8 @@ def test_a_sweeps_deletes_read_nothing_and_write_out_like_writes(tmp_path):
 
 def test_past_its_earliest_match_a_probe_verifies_one_entry_of_each_other_cluster_it_shares_buckets_with():
     """Labels: c2 matched c when indexed, so it carries c's label; a probe that matches a first
-    then verifies c (another label, in both its buckets: a bridge) and not c2 (c's cluster is met).
-    An entry shared in fewer than BRIDGE_KEYS buckets is not verified past the earliest match."""
-    from stream_dedup.core.index import BRIDGE_KEYS
-
-    assert BRIDGE_KEYS == 2
+    then verifies c (another label: a bridge) and not c2 (c's cluster is met), and d, met in one
+    bucket only (the workers may walk that bucket apart from the others)."""
     idx = BucketIndex({}, window=W)
     for ident, ts, payload, keys in [("a", 1, b"A", (1, 2)), ("c", 2, b"C", (1, 2)), ("c2", 3, b"C", (1, 2)),
                                      ("d", 4, b"D", (3,))]:
@@ -808,7 +803,7 @@ def test_past_its_earliest_match_a_probe_verifies_one_entry_of_each_other_cluste
         return Match(1.0, 0) if other in (b"A", b"C", b"D") else None
 
     r = idx.probe(1, "b", 10, b"ACD", (1, 2, 3), either)
-    assert (r.earliest.id, [f.id for f in r.bridges], calls) == ("a", ["c"], [b"A", b"C"])
+    assert (r.earliest.id, [f.id for f in r.bridges], calls) == ("a", ["c", "d"], [b"A", b"C", b"D"])
     # inserted, b takes a's label: a copy of b verifies a, then c (its label was not changed by the
     # merge: a verify more, never a bridge missed), and neither b (a's label) nor c2 (c's)
     idx.probe_insert(1, "b", 10, b"ACD", (1, 2, 3), either)
