@@ -151,9 +151,22 @@ _VARYING = re.compile(
     r"|(?:退订|拒收|不再接收)请?(?:回复?|发送?)\s*[a-z0-9]{1,6}|(?:回复?|发送?)\s*[a-z0-9]{1,6}\s*(?:退订|拒收)")
 _DOT_LETTER = re.compile(r"\.[a-z]")
 # look-alike characters that spam uses to dodge keyword filters, folded to one letter or digit
-_fold_lookalike = _char_folder({"o": "0", "l": "1", "i": "1", "|": "1", "z": "2", "s": "5", "b": "8",
-                                 "〇": "0", "零": "0", "壹": "1", "贰": "2", "叁": "3", "肆": "4", "伍": "5",
-                                 "陆": "6", "柒": "7", "捌": "8", "玖": "9"})
+_CJK_NUMERALS = {"〇": "0", "零": "0", "壹": "1", "贰": "2", "叁": "3", "肆": "4", "伍": "5", "陆": "6", "柒": "7",
+                 "捌": "8", "玖": "9"}
+_fold_lookalike = _char_folder({"o": "0", "l": "1", "i": "1", "|": "1", "z": "2", "s": "5", "b": "8", **_CJK_NUMERALS})
+_fold_cjk_numerals = _char_folder(_CJK_NUMERALS)
+_HAS_LATIN = re.compile("[a-z]")
+
+
+_NUMBER_RUN = re.compile("[a-z|]*[0-9][0-9a-z|]*")  # a run of Latin letters and digits with a digit
+
+
+def _fold_runs(s: str) -> str:
+    """Look-alikes folded: Chinese numerals everywhere, Latin letters only in a run that holds a
+    digit ("l38OO138OOO"), so that a word ("busy", "vip") keeps its letters."""
+    if not _HAS_LATIN.search(s):
+        return _fold_lookalike(s)
+    return _NUMBER_RUN.sub(lambda m: _fold_lookalike(m.group()), _fold_cjk_numerals(s))
 
 
 def skeleton(normalized: str) -> str:
@@ -201,7 +214,7 @@ def _unnumbered(normalized: str) -> str:
         normalized = _VARYING.sub(" ", normalized)
     if _latin(normalized):
         return _latin_skeleton(normalized)
-    return _fold_lookalike(_drop_interleaved(_SKELETON_DROP.sub("", normalized)))
+    return _fold_runs(_drop_interleaved(_SKELETON_DROP.sub("", normalized)))
 
 
 # Alphabetic text (an English, Russian or Korean SMS): its letters as they are, punctuation and

@@ -275,3 +275,13 @@ def test_texts_of_other_alphabets_are_copies_or_apart_by_their_letters(ngram, pr
     assert judged_as_copy(ngram, prep, first, "[PROMO] " + first + " 8 916 123-45-67")
     assert judged_as_copy(ngram, prep, first, first.upper())
     assert not judged_as_copy(ngram, prep, first + " 89161234567", third + " 89161234567")
+
+
+def test_look_alikes_fold_in_numbers_and_words_keep_their_letters():
+    """A spammer's "l38OO138OOO" is a phone number; "busy" in a Chinese message is a word, and
+    folding it ("8u5y", then masked as numbers) left it nothing to be told apart by."""
+    from stream_dedup.core.text import skeletons
+
+    assert skeletons(normalize("详询l38OO138OOO，壹万元现金"))[1] == "详询138001380001万元现金"
+    assert skeleton(normalize("我今天很busy，明天call你")) == "我今天很busy明天call你"
+    assert skeleton(normalize("要oil")) != skeleton(normalize("要lol"))
