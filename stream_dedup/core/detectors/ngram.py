@@ -386,15 +386,22 @@ class NgramDetector(Detector):
         """``_keys_many`` of skeletons none of which is a Latin-script one."""
         if len(skeletons) < SMALL_BATCH:
             return [self._keys_alone(sk, latin=False) for sk in skeletons]
-        arrays = [demote_array(sk, a & np.uint64(_KEY_MASK), self.m)
-                  for sk, a in zip(skeletons, shingle_hashes_many(skeletons, self.m))]
-        cat = self._demote_common(np.concatenate(arrays)) if arrays else np.zeros(0, dtype=np.uint64)
+        arrays = shingle_hashes_many(skeletons, self.m)
         sizes = [a.size for a in arrays]
+        cat = np.concatenate(arrays) & np.uint64(_KEY_MASK)
+        numbered_at, offs = [], 0  # ``demote_array`` of each text, at once
+        for sk, n in zip(skeletons, sizes):
+            if "#" in sk:
+                numbered_at += [offs + i for i in numbered(sk, self.m, n)]
+            offs += n
+        if numbered_at:
+            cat[numbered_at] |= np.uint64(DEMOTED)
+        cat = self._demote_common(cat)
         out = winnow_many(cat, sizes, self.w)
-        offs = 0
+        flat, offs = cat.tolist(), 0
         for i, n in enumerate(sizes):
             if len(skeletons[i]) <= self.bottom_chars:
-                out[i] = out[i] + bottom(cat[offs:offs + n].tolist())
+                out[i] = out[i] + bottom(flat[offs:offs + n])
             offs += n
         return [tuple(dict.fromkeys(k)) for k in out]
 
