@@ -249,7 +249,7 @@ def _numbers(full: str) -> set[str]:
     return {r[i] for r in LONG_NUMBER.findall(full) for i in (slice(LONG_DIGITS), slice(-LONG_DIGITS, None))}
 
 
-def _same_numbers(la: int, a: str, lb: int, b: str, short: int) -> bool:
+def _same_numbers(la: int, a: str, sa: AbstractSet[str], lb: int, b: str, sb: AbstractSet[str], short: int) -> bool:
     """Whether two texts of ``la`` and ``lb`` skeleton characters (numbers left out), ``a`` and ``b``
     with their digits, may match by their numbers: under ``short`` characters each number of one or
     two digits of the shorter must be in the longer (both ways at equal lengths). Such a number is a
@@ -260,7 +260,7 @@ def _same_numbers(la: int, a: str, lb: int, b: str, short: int) -> bool:
         return True
     if not la or not lb:  # nothing but numbers: a price or a time alone ("$ 300.", "2:30") is the message
         return a == b or min(len(a), len(b)) >= NUMBERS_ALONE
-    return (la > lb or all(n in b for n in small_numbers(a))) and (lb > la or all(n in a for n in small_numbers(b)))
+    return (la > lb or all(n in b for n in sa)) and (lb > la or all(n in a for n in sb))
 
 
 def _in_pieces(short: str, long: str) -> bool:
@@ -428,18 +428,19 @@ class NgramDetector(Detector):
         return Sketch(self.keys(doc), payload)
 
     @staticmethod
-    def _skeleton_of(p: bytes) -> tuple[str, str, str, str, bool]:
+    def _skeleton_of(p: bytes) -> tuple[str, str, str, str, bool, frozenset[str]]:
         """(the skeleton; it without numbers, as containment reads it; it with its long numbers'
-        digits; it with every digit; whether it is mostly Latin letters) of a payload."""
+        digits; it with every digit; whether it is mostly Latin letters; its numbers of one or two
+        digits) of a payload."""
         (n,) = _COUNT.unpack_from(p)
         full = p[2 + 4 * n:].decode("utf-8")
         sk = masked(full)
         bare = sk.replace("#", "")
         latin = _is_latin(sk)
         if sk is full:
-            return sk, bare, sk, sk, latin
+            return sk, bare, sk, sk, latin, frozenset()
         long = long_numbers_only(full) if LONG_NUMBER.search(full) else sk
-        return sk, bare, long, full, latin
+        return sk, bare, long, full, latin, small_numbers(full)
 
     def _segment(self, sk: str) -> frozenset[str]:
         return frozenset(self.tokenizer.words(sk)) or frozenset((sk,))
@@ -451,9 +452,9 @@ class NgramDetector(Detector):
         return frozenset(mmh3.hash(w, signed=False) for w in self._segment(p[2:].decode("utf-8")))
 
     def verify(self, a: bytes, b: bytes) -> Match | None:
-        (ska, bare_a, fa, na, la), (skb, bare_b, fb, nb, lb) = self._skeleton_cached(a), self._skeleton_cached(b)
+        (ska, bare_a, fa, na, la, sa), (skb, bare_b, fb, nb, lb, sb) = self._skeleton_cached(a), self._skeleton_cached(b)
         short = LATIN_SHORT if la and lb else self.min_contained
-        if (na is not ska or nb is not skb) and not _same_numbers(len(bare_a), na, len(bare_b), nb, short):
+        if (na is not ska or nb is not skb) and not _same_numbers(len(bare_a), na, sa, len(bare_b), nb, sb, short):
             return None
         if la and lb:
             return self._latin_copy(bare_a, bare_b)
