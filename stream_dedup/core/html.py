@@ -72,8 +72,15 @@ def choose(precise: list[tuple[int, str]], recalled: Callable[[], list[tuple[int
            walked: Callable[[], list[tuple[int, str]]], *, min_prose: int = MIN_PROSE,
            factor: float = RECALL_FACTOR, min_main: int = MIN_MAIN_CHARS) -> list[tuple[int, str]]:
     """The rule of ``extract_blocks`` over its three extractions (the other two made only when
-    needed). The constants are parameters so that ``bench/extraction_loo.py`` can score them
-    leaving one site out."""
+    needed), without the site's legal lines (``legal_line``). The constants are parameters so that
+    ``bench/extraction_loo.py`` can score them leaving one site out."""
+    best = _choose(precise, recalled, walked, min_prose, factor, min_main)
+    return [b for b in best if not legal_line(b[1])]
+
+
+def _choose(precise: list[tuple[int, str]], recalled: Callable[[], list[tuple[int, str]]],
+            walked: Callable[[], list[tuple[int, str]]], min_prose: int, factor: float,
+            min_main: int) -> list[tuple[int, str]]:
     other = other_prose(precise)
     if other >= MIN_OTHER_LETTERS:  # an article in another script: Han counts cannot judge it
         return _other_script(precise, other, recalled, factor)
@@ -92,6 +99,19 @@ def choose(precise: list[tuple[int, str]], recalled: Callable[[], list[tuple[int
 
 _SENTENCE_MARKS = frozenset("。！？；，、,.!?;")
 _NAV_MARKS = ("|", "｜", "·", ">>", "»")
+
+
+# a site's legal notice: copyright, licence and registration numbers, the complaint hotline
+_LEGAL = re.compile(r"©|copyright|all rights reserved|版权所有(?![者人])|icp备|icp证|公网安备|制作单位|不良信息举报", re.I)
+# longer than this, a block with such words is article text (a story about copyright), not a notice
+LEGAL_MAX = 120
+
+
+def legal_line(text: str) -> bool:
+    """A short block of a site's legal notice ("Copyright © ... All Rights Reserved", "版权所有",
+    "京ICP备..."), which extractions keep under a short article: every page of the site carries it,
+    so it made two short articles alike."""
+    return len(text) <= LEGAL_MAX and _LEGAL.search(text) is not None
 
 
 def _han(text: str) -> int:

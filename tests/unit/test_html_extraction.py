@@ -132,3 +132,32 @@ def test_a_short_body_of_titles_is_not_swapped_for_the_page_walk():
     for title in ("中国特色社会主义政治经济学视角下的中国式现代化道路", "论发展全过程人民民主与新时代民生建设",
                   "基本公共服务均等化的政策逻辑与深化"):
         assert title in text
+
+
+@pytest.mark.parametrize("name", ["sohu_6", "sina_5", "dahe_1", "qianlong_2"])
+def test_a_sites_legal_notice_is_not_article_text(name):
+    """Extraction kept these pages' copyright and licence lines ("Copyright © ... All Rights
+    Reserved", "版权所有", a licence number) under the article: every page of the site carries them,
+    which made two short articles of one site alike (a 124-character xinhua item outside html_dev:
+    a third of its extraction). They go; the article stays."""
+    from stream_dedup.core.html import _choose, main_content, parse, prose_blocks
+
+    raw = page(name)
+    root = parse(raw, 200)
+    kept = _choose(main_content(root), lambda: main_content(parse(raw, 200), recall=True), lambda: prose_blocks(root),
+                   100, 2.0, 40)
+    assert any(re.search(r"版权所有|Copyright|©", t) for _, t in kept)  # what extraction gave
+    blocks = extract_blocks(raw)
+    assert not any(re.search(r"版权所有|Copyright|©", t) for _, t in blocks)
+    assert han(blocks) >= 0.9 * article_chars(name)
+
+
+def test_a_story_about_copyright_keeps_its_sentences():
+    """A long block that mentions copyright is article text (dwnews_1, on podcasts)."""
+    from stream_dedup.core.html import legal_line
+
+    text = "".join(t for _, t in extract_blocks(page("dwnews_1")))
+    assert "一定要获得版权所有者" in text
+    assert legal_line("Copyright © 2000 - 2024 HE.NEWS.CN All Rights Reserved.")
+    assert legal_line("违法和不良信息举报电话：010-62675637")
+    assert not legal_line("播客在使用其它音乐时，一定要获得版权所有者的许可。")
