@@ -208,6 +208,24 @@ def test_a_short_message_cut_in_two_or_with_a_tail_shares_a_key_with_its_copy(ng
     assert shared >= 0.95 * len(short_spam), f"{shared} of {len(short_spam)}"
 
 
+def test_the_shortest_spam_with_its_halves_swapped_shares_a_key_with_its_copy(ngram, prep):
+    """Real spam of 8 or 9 skeleton characters ("泰康针对银行降息"): its halves swapped share no gram
+    among the few smallest, which is all winnowing and the bottom-k keys gave it; every gram is a key."""
+    def keys(t: str) -> set[int]:
+        return set(ngram.sketch(prep.document({"id": "a", "text": t, "ts": 1})).keys)
+
+    tiny = []
+    for line in shared_data("sms/sms_spam_zh.jsonl").open(encoding="utf-8"):
+        r = json.loads(line)
+        sk = ngram.skeleton(prep.document({"id": "s", "text": r["text"].replace("x", "7"), "ts": 1}))
+        if r["label"] == 1 and len(sk) in (8, 9) and "#" not in sk and sk not in tiny:
+            tiny.append(sk)
+    assert len(tiny) >= 8
+    swapped = [t[len(t) // 2:] + t[:len(t) // 2] for t in tiny]
+    assert all(keys(t) & keys(s) for t, s in zip(tiny, swapped))
+    assert judged_as_copy(ngram, prep, "泰康针对银行降息", "银行降息泰康针对")
+
+
 def test_the_mask_is_skipped_only_where_it_would_change_nothing():
     """``_may_vary`` spares most texts the masking pattern; it must never spare one the pattern changes."""
     from stream_dedup.core.text import _VARYING, _may_vary

@@ -44,7 +44,8 @@ or contain it whole.
 Keys stay winnowed: indexing every gram found few more of the campaign benchmark's copies
 (``bench/spam_edits.py``) at several times the cost per message. A skeleton of 2 (w + m - 1)
 characters or fewer adds its ``BOTTOM`` smallest gram hashes, which a copy shares whatever the order
-of its pieces (a short message cut in two and put back the other way round).
+of its pieces (a short message cut in two and put back the other way round); one of ``ALL_GRAMS``
+grams or fewer, every gram.
 
 Payload: the count of the skeleton's distinct words (2 bytes), their 32-bit mmh3 hashes, sorted,
 then the skeleton with its digits (old payloads: those of its long numbers). The words are found when the text is
@@ -128,6 +129,10 @@ PIECE = 4
 # and put back the other way round, or 12 characters with a tail added, does not have; the smallest
 # hashes of two gram sets that are mostly the same coincide whatever the grams' order (bottom-k)
 BOTTOM = 3
+# ... and one of this many grams or fewer (9 characters) by every gram: put back in another order in
+# pieces of a few characters ("银行降息泰康针对" / "泰康针对银行降息"), it shares no gram of the
+# BOTTOM smallest with its original. Only the shortest texts: a key more or two each
+ALL_GRAMS = 6
 
 
 def winnow(hashes: np.ndarray, w: int) -> list[int]:
@@ -240,8 +245,12 @@ def demote_array(sk: str, hashes: np.ndarray, m: int) -> np.ndarray:
 
 
 def bottom(hashes: list[int]) -> list[int]:
-    """The ``BOTTOM`` smallest distinct gram hashes of a short skeleton (see ``BOTTOM``)."""
-    return sorted(set(hashes))[:BOTTOM]
+    """The ``BOTTOM`` smallest distinct gram hashes of a short skeleton (see ``BOTTOM``); of a skeleton
+    of ``ALL_GRAMS`` grams or fewer without a number, every one."""
+    grams = sorted(set(hashes))
+    if grams and len(grams) <= ALL_GRAMS and grams[-1] < DEMOTED:
+        return grams
+    return grams[:BOTTOM]
 
 
 def _numbers(full: str) -> set[str]:
