@@ -138,8 +138,8 @@ def test_a_short_body_of_titles_is_not_swapped_for_the_page_walk():
 def test_a_sites_legal_notice_is_not_article_text(name):
     """Extraction kept these pages' copyright and licence lines ("Copyright © ... All Rights
     Reserved", "版权所有", a licence number) under the article: every page of the site carries them,
-    which made two short articles of one site alike (a 124-character xinhua item outside html_dev:
-    a third of its extraction). They go; the article stays."""
+    which made two short articles of one site alike (a short xinhua item outside html_dev was
+    mostly notice). They go; the article stays."""
     from stream_dedup.core.html import _choose, main_content, parse, prose_blocks
 
     raw = page(name)
