@@ -6,8 +6,9 @@ Why: on this shared 2-core machine the same code runs up to 3x slower in one hou
 (the machine's speed varies by the hour), so a rate measured today cannot be set against one
 measured yesterday, and an A/B of two commits needs many alternating runs to see a 10 % change.
 The number of instructions the CPU executes for the same events does not depend on how fast the
-machine runs. It is not exact either: two runs of the script on the same code gave counts up to
-2.5 % apart, so differences under about 3 % are not resolved (rates move up to 3x). The cause is
+machine runs. It is not exact either: runs of the script on the same SMS code gave counts up to
+6 % apart, so a difference under about 6 % is not resolved by one run (rates move up to 3x); run
+both sides twice or more for a smaller change. The cause is
 not pinned down; Python's hash order is one candidate (fixed here since: PYTHONHASHSEED=0), and
 threads whose work depends on timing (RocksDB's, counted by Valgrind too) another. That spread is
 in millions of instructions per run, not per event, so it needs the default sizes: with
