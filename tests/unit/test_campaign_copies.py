@@ -303,3 +303,15 @@ def test_look_alikes_fold_in_numbers_and_words_keep_their_letters():
     assert skeletons(normalize("详询l38OO138OOO，壹万元现金"))[1] == "详询138001380001万元现金"
     assert skeleton(normalize("我今天很busy，明天call你")) == "我今天很busy明天call你"
     assert skeleton(normalize("要oil")) != skeleton(normalize("要lol"))
+
+
+def test_a_wechat_or_qq_contact_is_masked_as_a_phone_number_is(ngram, prep):
+    """A campaign's copies carry each sender's own WeChat or QQ id ("加微信cnpxx789"): masked as a
+    link or a phone number is, a truncated copy with one still contains its original's text."""
+    assert skeleton(normalize("上海大学生兼职，请加微信ncxx731查看")) == skeleton(normalize("上海大学生兼职，请加微信abcd99查看"))
+    assert skeleton(normalize("qq：961694491、只限武汉市")) == skeleton(normalize("只限武汉市"))
+    # the name of the app without an id is text
+    assert "qq" in skeleton(normalize("QQ号竟然被盗了")) and "微信" in skeleton(normalize("微信支付很方便"))
+    original = "重磅消息[玫瑰][玫瑰]合生前滩一号叠加别墅：开发商直降143万，以前需要6693万，现在只需4712万，7房7厅6卫"
+    copy = original[:50] + "，加微信cnpxx789"
+    assert judged_as_copy(ngram, prep, original, copy)
