@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from .hashing import digest128
-from .text import normalize
+from .text import drop_fillers, normalize
 
 if TYPE_CHECKING:
     from .template import TemplateTable
@@ -217,7 +217,7 @@ def make_doc(ident: str, ts: int, kind: str, body: str, *, title: str | None = N
             text = normalize("\n".join(kept), t2s=t2s)
     if not text:
         raise Rejected("empty_text", "no text left after normalization")
-    return Doc(ident, ts, text, digest128(text), "text", title, rank, None, sample=sample_of(body))
+    return Doc(ident, ts, drop_fillers(text), digest128(text), "text", title, rank, None, sample=sample_of(body))
 
 
 def _html_doc(ident: str, ts: int, body: str, *, title: str | None, rank: float | None, t2s: bool, limits: Limits,

@@ -119,6 +119,27 @@ def normalize(text: str, *, t2s: bool = True) -> str:
     return _SPACE_AROUND.sub("", s) if " " in s else s
 
 
+# marks spammers put between the characters of a message ("元宵*的*夜", "建·设·银·行"): one that is at
+# least every FILLER_SHARE-th character of a text, FILLER_MIN times or more, is a filler. Sentence
+# dots, hyphens in dates and middle dots in names are far sparser.
+_FILLER_MARKS = ("*", "·", "-", ".", "~", "^", "|", "/", "+")
+FILLER_SHARE = 6
+FILLER_MIN = 8
+
+
+def drop_fillers(text: str) -> str:
+    """A normalized text without the marks put between its characters: what the word and shingle
+    detectors read. Fillers split every word and every character shingle they fall in, so a long
+    copy with them shared few features with its original (the skeleton of short texts drops all
+    punctuation anyway). The exact digest is taken before: such a copy is near, not exact."""
+    n = len(text)
+    for c in _FILLER_MARKS:
+        k = text.count(c)
+        if k >= FILLER_MIN and k * FILLER_SHARE >= n:
+            text = text.replace(c, "")
+    return text
+
+
 def split_sentences(text: str) -> list[str]:
     """Split normalized text after . ? ! ; (not decimal points), keeping the end mark.
 

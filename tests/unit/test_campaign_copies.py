@@ -315,3 +315,26 @@ def test_a_wechat_or_qq_contact_is_masked_as_a_phone_number_is(ngram, prep):
     original = "重磅消息[玫瑰][玫瑰]合生前滩一号叠加别墅：开发商直降143万，以前需要6693万，现在只需4712万，7房7厅6卫"
     copy = original[:50] + "，加微信cnpxx789"
     assert judged_as_copy(ngram, prep, original, copy)
+
+
+def test_a_long_spam_with_marks_between_its_characters_is_a_copy():
+    """Real long spam with "*" or "·" after a third of its characters: the marks split every word
+    and character shingle they fall in, so the word and shingle detectors missed most such copies.
+    A mark that sparse text also holds (a date's hyphens, a name's middle dot) stays."""
+    from stream_dedup.core.text import drop_fillers
+
+    rows = [json.loads(x) for x in shared_data("sms/sms_spam_zh.jsonl").open(encoding="utf-8")]
+    long_spam = [r["text"] for r in rows if r["label"] == 1 and len(r["text"]) > 200][:20]
+    assert len(long_spam) == 20
+    rng = random.Random(5)
+    found = 0
+    for k, text in enumerate(long_spam):
+        mark = "*" if k % 2 else "·"
+        noisy = "".join(c + (mark if rng.random() < 0.33 else "") for c in text)
+        with Engine(Settings()) as e:
+            e.process({"id": "o", "text": text, "ts": 1})
+            v = e.process({"id": "c", "text": noisy, "ts": 2})[-1]
+        found += v.verdict == "duplicate" and v.duplicate_of == "o" and v.match == "near"
+    assert found == len(long_spam)
+    kept = normalize("2024-01-01 会议纪要：约翰·史密斯说，下午3-4点开会。")
+    assert drop_fillers(kept) == kept
