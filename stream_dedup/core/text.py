@@ -131,7 +131,8 @@ def drop_fillers(text: str) -> str:
     """A normalized text without the marks put between its characters: what the word and shingle
     detectors read. Fillers split every word and every character shingle they fall in, so a long
     copy with them shared few features with its original (the skeleton of short texts drops all
-    punctuation anyway). The exact digest is taken before: such a copy is near, not exact."""
+    punctuation anyway, and ``_drop_interleaved`` a letter put in the same way). The exact digest is
+    taken before: such a copy is near, not exact."""
     n = len(text)
     for c in _FILLER_MARKS:
         k = text.count(c)
@@ -289,7 +290,7 @@ def _drop_interleaved(s: str) -> str:
         return s
     c = max(candidates, key=s.count)
     k = s.count(c)
-    if k < 4 or k * 6 < n or 4 * s.count(c + c) > k:
+    if k < 4 or k * FILLER_SHARE < n or 4 * s.count(c + c) > k:
         return s
     return s.replace(c, "")
 

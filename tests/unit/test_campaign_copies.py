@@ -53,6 +53,11 @@ EDITS = {
 }
 
 
+def ngram_keys(ngram, prep, text: str) -> set[int]:
+    """The ngram detector's index keys of a text."""
+    return set(ngram.sketch(prep.document({"id": "a", "text": text, "ts": 1})).keys)
+
+
 def judged_as_copy(ngram, prep, a: str, b: str) -> bool:
     da = prep.document({"id": "a", "text": a, "ts": 1})
     db = prep.document({"id": "b", "text": b, "ts": 2})
@@ -201,19 +206,13 @@ def short_spam(ngram, prep):
 @pytest.mark.parametrize("edit", [lambda t: t[len(t) // 2:] + t[:len(t) // 2], lambda t: t + "，详询400-820-1234"],
                          ids=["halves swapped", "contact tail"])
 def test_a_short_message_cut_in_two_or_with_a_tail_shares_a_key_with_its_copy(ngram, prep, short_spam, edit):
-    def keys(t: str) -> set[int]:
-        return set(ngram.sketch(prep.document({"id": "a", "text": t, "ts": 1})).keys)
-
-    shared = sum(bool(keys(t) & keys(edit(t))) for t in short_spam)
+    shared = sum(bool(ngram_keys(ngram, prep, t) & ngram_keys(ngram, prep, edit(t))) for t in short_spam)
     assert shared >= 0.95 * len(short_spam), f"{shared} of {len(short_spam)}"
 
 
 def test_the_shortest_spam_with_its_halves_swapped_shares_a_key_with_its_copy(ngram, prep):
     """Real spam of 8 or 9 skeleton characters ("泰康针对银行降息"): its halves swapped share no gram
     among the few smallest, which is all winnowing and the bottom-k keys gave it; every gram is a key."""
-    def keys(t: str) -> set[int]:
-        return set(ngram.sketch(prep.document({"id": "a", "text": t, "ts": 1})).keys)
-
     tiny = []
     for line in shared_data("sms/sms_spam_zh.jsonl").open(encoding="utf-8"):
         r = json.loads(line)
@@ -222,7 +221,7 @@ def test_the_shortest_spam_with_its_halves_swapped_shares_a_key_with_its_copy(ng
             tiny.append(sk)
     assert len(tiny) >= 8
     swapped = [t[len(t) // 2:] + t[:len(t) // 2] for t in tiny]
-    assert all(keys(t) & keys(s) for t, s in zip(tiny, swapped))
+    assert all(ngram_keys(ngram, prep, t) & ngram_keys(ngram, prep, s) for t, s in zip(tiny, swapped))
     assert judged_as_copy(ngram, prep, "泰康针对银行降息", "银行降息泰康针对")
 
 
