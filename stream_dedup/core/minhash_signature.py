@@ -44,9 +44,31 @@ class MinHasher:
         # than the repeated columns it saved
         return self.signature_of_hashes(shingle_hashes(text, n) >> _SHIFT)
 
+    def signature_and_count(self, text: str, n: int) -> tuple[np.ndarray, int]:
+        """The signature and the number of distinct shingles (their 32-bit hashes): with two
+        signatures' Jaccard the sizes give the overlap, so how much of the smaller set is in the
+        larger (Broder's containment)."""
+        hashes = shingle_hashes(text, n) >> _SHIFT
+        return self.signature_of_hashes(hashes), distinct_count(hashes)
+
+
+def distinct_count(hashes: np.ndarray) -> int:
+    """Distinct values of an array of 32-bit hashes: a sort and a count of changes, several times
+    cheaper than ``np.unique`` on short arrays."""
+    if hashes.size == 0:
+        return 0
+    s = np.sort(hashes.astype(np.uint32))
+    return int(np.count_nonzero(s[1:] != s[:-1])) + 1
+
 
 def jaccard_estimate(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.count_nonzero(a == b)) / len(a)
+
+
+def containment_estimate(jaccard: float, size_a: int, size_b: int) -> float:
+    """The share of the smaller set in the larger, from their Jaccard and sizes: the overlap is
+    J (|A| + |B|) / (1 + J)."""
+    return min(1.0, jaccard * (size_a + size_b) / ((1 + jaccard) * min(size_a, size_b)))
 
 
 def band_keys(sig: np.ndarray, bands: int) -> list[int]:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from stream_dedup.config import Settings
+from stream_dedup.core.detectors.minhash import MinhashDetector
 from stream_dedup.core.detectors.ngram import SHORT_TEXT, SMALL_BATCH, bottom, winnow, winnow_list, winnow_many
 from stream_dedup.core.hashing import shingle_hashes, shingle_hashes_list, shingle_hashes_many
 from stream_dedup.core.minhash_signature import MinHasher, jaccard_estimate
@@ -189,6 +190,27 @@ def test_minhash_estimates_jaccard_and_separates_reposts_from_other_articles(pre
         true = len(s1 & s2) / len(s1 | s2)
         est = jaccard_estimate(h.signature_of_text(doc(prep, t1).text, 5), h.signature_of_text(doc(prep, t2).text, 5))
         assert abs(est - true) < 0.1
+
+
+def test_minhash_finds_an_article_inside_a_repost_with_additions(prep):
+    """A repost that appends other articles' text (a related list, a leaked template) shares under
+    0.7 of its shingles with the article, but holds all of the article's: containment. Two articles
+    that only share such an addition are not copies."""
+    mh = det(prep, "minhash")
+    article = "".join(SAMPLE[f"news-{i}"]["text"] for i in range(2))
+    extra = "".join(SAMPLE[f"news-{i}"]["text"] for i in range(4, 6))[: len(article) * 3 // 5]
+    a, repost = mh.sketch(doc(prep, article)), mh.sketch(doc(prep, article + extra))
+    assert jaccard_estimate(np.frombuffer(a.payload[:512], "<u4"), np.frombuffer(repost.payload[:512], "<u4")) < 0.7
+    m = mh.verify(a.payload, repost.payload)
+    assert m is not None and m.similarity >= 0.9
+    other = "".join(SAMPLE[f"news-{i}"]["text"] for i in range(2, 4))
+    assert mh.verify(mh.sketch(doc(prep, other + extra)).payload, repost.payload) is None
+    # off, or a payload without its size (an older version's): Jaccard alone
+    assert MinhashDetector(containment=0).verify(a.payload, repost.payload) is None
+    assert mh.verify(a.payload[:512], repost.payload) is None
+    # the shorter text under contained_ratio of the longer: never contained
+    long = mh.sketch(doc(prep, article + "".join(SAMPLE[f"news-{i}"]["text"] for i in range(2, 8))))
+    assert mh.verify(a.payload, long.payload) is None
 
 
 def test_ngram_bottom_keys_are_the_same_alone_and_in_a_batch_beyond_the_plain_path():

@@ -161,3 +161,28 @@ def test_a_story_about_copyright_keeps_its_sentences():
     assert legal_line("Copyright © 2000 - 2024 HE.NEWS.CN All Rights Reserved.")
     assert legal_line("违法和不良信息举报电话：010-62675637")
     assert not legal_line("播客在使用其它音乐时，一定要获得版权所有者的许可。")
+
+
+def test_an_article_whose_copy_carries_the_templates_related_list_is_found():
+    """xinhuanet_1 written into sina_3's template: sina's "热门推荐" list under the article is
+    extracted with it, a third of the copy's text, so the two share under 0.7 of their shingles;
+    the article is all in the copy (MinHash containment). sina_3's own article, beside the same
+    list, is not a copy of it."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from html_variants import in_template
+
+    def news(name: str) -> str:
+        return shared_data(f"news/html/{name}.html").read_text(encoding="utf-8", errors="replace")
+
+    copy = in_template(news("tests_xinhuanet_1"), news("tests_sina_3"))
+    assert "热门推荐" in "".join(t for _, t in extract_blocks(copy))
+    with Engine(Settings()) as engine:
+        engine.process({"id": "sina_3", "html": news("tests_sina_3"), "ts": 1})
+        engine.process({"id": "xinhuanet_1", "html": news("tests_xinhuanet_1"), "ts": 2})
+        engine.process({"id": "copy", "html": copy, "ts": 3})
+        assert engine.verdict("copy").duplicate_of == "xinhuanet_1"
+        assert engine.verdict("copy").detector == "minhash"
+        assert engine.verdict("xinhuanet_1").verdict == "unique"

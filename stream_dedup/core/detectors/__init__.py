@@ -43,6 +43,7 @@ def build_detectors(settings: "Settings", tokenizer: "WordTokenizer", idf: "IdfT
         elif name == "minhash":
             m = settings.minhash
             out.append(MinhashDetector(num_perm=m.num_perm, bands=m.bands, shingle=m.shingle, threshold=m.threshold,
+                                       containment=m.containment, contained_ratio=m.contained_ratio,
                                        min_chars=short // 2 if auto else 0))
         elif name == "ngram":
             out.append(NgramDetector(tokenizer, common=common_grams, m=settings.ngram.m, w=settings.ngram.w,
