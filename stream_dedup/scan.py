@@ -410,53 +410,14 @@ def _run_scan(settings: Settings, input_path: str, out_path: str, *, state_dir: 
                 f = _open_in(input_path)
                 outcomes = prepared_in_order(settings, engine.preparer, _lines(f, bar.update), jobs)
             for lineno, p in outcomes:
-                try:
-                    if isinstance(p, Rejected):
-                        raise p
-                    verdicts = engine.judge(p)
-                except Rejected as e:
-                    summary.rejected += 1
-                    summary.reasons[e.reason] += 1
-                    if report_bad is not None and len(summary.bad_lines) < 1000:
-                        print(f"scan: line {lineno}: {e.reason}: {e.detail[:200]}", file=report_bad)
-                    summary.bad_lines.append((lineno, e.reason))
-                    continue
-                for v in verdicts:
-                    if v.revision == 0:
-                        order.append(v.id)
-                    else:
-                        summary.revisions += 1
+                _judge_line(engine, lineno, p, summary, order, report_bad)
         finally:
             bar.close()
             if f is not None and f is not sys.stdin.buffer:
                 f.close()
-        # the records' bytes as the workers publish them (``json_record``)
-        out = _stdout_bytes() if out_path == "-" else open(out_path, "wb")
-        try:
-            for ident in order:
-                final = engine.verdict(ident)
-                if final is None:  # every judged document keeps its verdict: a broken engine, not bad input
-                    raise RuntimeError(f"no verdict kept for document {ident!r}")
-                summary.docs += 1
-                if final.verdict == "unique":
-                    summary.unique += 1
-                elif final.match == "exact":
-                    summary.exact += 1
-                else:
-                    summary.near += 1
-                    summary.by_detector[final.detector or "?"] += 1
-                out.write(json_record(final.to_dict()) + b"\n")
-        finally:
-            if out_path == "-":
-                out.flush()
-            else:
-                out.close()
+        _write_verdicts(engine, order, out_path, summary)
         if clusters_path:
-            with open(clusters_path, "wb") as cf:
-                for c in sorted(engine.clusters(), key=lambda c: (-c.size, c.ts or 0, c.id)):
-                    summary.clusters += 1
-                    summary.largest_cluster = max(summary.largest_cluster, c.size)
-                    cf.write(json_record(c.to_dict()) + b"\n")
+            _write_clusters(engine, clusters_path, summary)
     finally:
         order.close()
         if preparers is not None:
@@ -465,3 +426,59 @@ def _run_scan(settings: Settings, input_path: str, out_path: str, *, state_dir: 
             engine.close()
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def _judge_line(engine: Engine, lineno: int, p: Prepared | Rejected, summary: ScanSummary, order: Spool,
+                report_bad: TextIO | None) -> None:
+    """Judge one line's document, its ids in first-verdict order in ``order``; a rejected line is
+    counted and reported (the first 1,000)."""
+    try:
+        if isinstance(p, Rejected):
+            raise p
+        verdicts = engine.judge(p)
+    except Rejected as e:
+        summary.rejected += 1
+        summary.reasons[e.reason] += 1
+        if report_bad is not None and len(summary.bad_lines) < 1000:
+            print(f"scan: line {lineno}: {e.reason}: {e.detail[:200]}", file=report_bad)
+        summary.bad_lines.append((lineno, e.reason))
+        return
+    for v in verdicts:
+        if v.revision == 0:
+            order.append(v.id)
+        else:
+            summary.revisions += 1
+
+
+def _write_verdicts(engine: Engine, order: Spool, out_path: str, summary: ScanSummary) -> None:
+    """Each document's final verdict, in the order of their first verdicts, as the records' bytes
+    the workers publish (``json_record``)."""
+    out = _stdout_bytes() if out_path == "-" else open(out_path, "wb")
+    try:
+        for ident in order:
+            final = engine.verdict(ident)
+            if final is None:  # every judged document keeps its verdict: a broken engine, not bad input
+                raise RuntimeError(f"no verdict kept for document {ident!r}")
+            summary.docs += 1
+            if final.verdict == "unique":
+                summary.unique += 1
+            elif final.match == "exact":
+                summary.exact += 1
+            else:
+                summary.near += 1
+                summary.by_detector[final.detector or "?"] += 1
+            out.write(json_record(final.to_dict()) + b"\n")
+    finally:
+        if out_path == "-":
+            out.flush()
+        else:
+            out.close()
+
+
+def _write_clusters(engine: Engine, path: str, summary: ScanSummary) -> None:
+    """The clusters, largest first."""
+    with open(path, "wb") as cf:
+        for c in sorted(engine.clusters(), key=lambda c: (-c.size, c.ts or 0, c.id)):
+            summary.clusters += 1
+            summary.largest_cluster = max(summary.largest_cluster, c.size)
+            cf.write(json_record(c.to_dict()) + b"\n")

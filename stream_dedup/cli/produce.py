@@ -128,77 +128,115 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
     join for 3 s. A follower (not ``to_end``) looks for partitions added to the topic every
     ``NEW_PARTITIONS_EVERY_S`` and reads them from their beginning (all their records are newer
     than the read): the pages topic can grow (``topics apply --grow-input``) while someone tails it."""
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
-
     if to_end and from_end:
         raise ValueError("to_end and from_end exclude each other: from the end there is nothing to read up to it")
-    group = f"stream-dedup-tail-{uuid.uuid4().hex[:8]}"
-    c = end_reader(settings, group) if to_end else consumer(settings, group)
-    ends: dict[int, int] = {}
-    counts: Counter[str] = Counter()
-    seen = 0
-    ids: set[object] = set()
-    latest: dict[object, str] = {}  # document -> the kind of its latest record
+    tail = Tail(settings, topic, to_end=to_end, echo=echo, count_ids=max_ids is not None)
     try:
-        parts = topic_partitions(c, topic)
-        if parts is None:
-            raise RuntimeError(f"topic {topic} cannot be read: it is not in the broker's metadata")
-        if to_end:
-            ends = assign_up_to_ends(c, topic, parts=parts) or {}
-        else:
-            c.assign([TopicPartition(topic, p, OFFSET_END if from_end else OFFSET_BEGINNING) for p in parts])
-        last = looked = time.monotonic()
-        known = set(parts)
-        while ((max_messages is None or seen < max_messages) and (max_ids is None or len(ids) < max_ids)
-               and not (to_end and not ends)):
-            if not to_end and time.monotonic() - looked >= NEW_PARTITIONS_EVERY_S:
-                looked = time.monotonic()
-                try:  # a metadata request that fails or times out is asked again next time
-                    added = sorted(set(topic_partitions(c, topic, timeout=2.0) or ()) - known)
-                except KafkaException:
-                    added = []
-                if added:
-                    c.incremental_assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in added])
-                    known.update(added)
-            msg = c.poll(0.5)
-            if msg is None:
-                if idle is not None and time.monotonic() - last > idle:
-                    break
-                continue
-            if to_end and reached_end(msg, ends):
-                del ends[msg.partition()]
-            if msg.error():
-                continue
-            last = time.monotonic()
-            seen += 1
-            text = msg.value().decode("utf-8", "replace") if msg.value() is not None else "null"
-            v = None
-            try:
-                v = json.loads(text)
-                kind = v.get("verdict", "?") if isinstance(v, dict) else "?"
-                if kind == "duplicate":
-                    kind = f"duplicate/{v.get('match')}"
-            except (ValueError, RecursionError) as e:  # printed as it is: a data problem never stops a tail
-                kind = "?"
-                counts["unparsed"] += 1
-                print(f"stream-dedup: {topic}[{msg.partition()}]@{msg.offset()} is not JSON "
-                      f"({type(e).__name__}); printed as text", file=sys.stderr)
-            ident = v.get("id") if isinstance(v, dict) else None
-            doc = ("id", ident) if isinstance(ident, str) else ("key", msg.key())
-            latest[doc] = kind  # a verdict's revisions count once, as their latest kind
-            if max_ids is not None:
-                ids.add(doc)
-            if echo is not None:
-                echo(text)
+        tail.start(from_end)
+        while ((max_messages is None or tail.seen < max_messages) and (max_ids is None or len(tail.ids) < max_ids)
+               and not (to_end and not tail.ends)):
+            if not to_end:
+                tail.grow()
+            if not tail.poll() and idle is not None and time.monotonic() - tail.last > idle:
+                break
     except KeyboardInterrupt:
         pass
     finally:
-        c.close()
-    counts.update(latest.values())
-    counts["messages"] = seen
-    counts["documents"] = len(latest)
-    if to_end and ends:
-        counts["unfinished_partitions"] = len(ends)
-    if max_ids is not None:
-        counts["ids"] = len(ids)
-    return dict(counts)
+        tail.close()
+    return tail.summary()
+
+
+class Tail:
+    """One ``tail_topic`` read: its reader, where it stops (``to_end``: each partition's end at the
+    start, dropped when reached) and what it counted."""
+
+    def __init__(self, settings: Settings, topic: str, *, to_end: bool, echo: Callable[[str], None] | None,
+                 count_ids: bool):
+        group = f"stream-dedup-tail-{uuid.uuid4().hex[:8]}"
+        self.consumer = end_reader(settings, group) if to_end else consumer(settings, group)
+        self.topic, self.to_end, self.echo, self.count_ids = topic, to_end, echo, count_ids
+        self.ends: dict[int, int] = {}
+        self.counts: Counter[str] = Counter()
+        self.seen = 0
+        self.ids: set[object] = set()
+        self.latest: dict[object, str] = {}  # document -> the kind of its latest record
+        self.known: set[int] = set()
+        self.last = self.looked = time.monotonic()
+
+    def start(self, from_end: bool) -> None:
+        """Assign the topic's partitions: up to their ends, or from their end or beginning."""
+        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+
+        parts = topic_partitions(self.consumer, self.topic)
+        if parts is None:
+            raise RuntimeError(f"topic {self.topic} cannot be read: it is not in the broker's metadata")
+        if self.to_end:
+            self.ends = assign_up_to_ends(self.consumer, self.topic, parts=parts) or {}
+        else:
+            self.consumer.assign([TopicPartition(self.topic, p, OFFSET_END if from_end else OFFSET_BEGINNING)
+                                  for p in parts])
+        self.known = set(parts)
+        self.last = self.looked = time.monotonic()
+
+    def grow(self) -> None:
+        """Every ``NEW_PARTITIONS_EVERY_S``, read partitions added to the topic from their beginning."""
+        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+
+        if time.monotonic() - self.looked < NEW_PARTITIONS_EVERY_S:
+            return
+        self.looked = time.monotonic()
+        try:  # a metadata request that fails or times out is asked again next time
+            added = sorted(set(topic_partitions(self.consumer, self.topic, timeout=2.0) or ()) - self.known)
+        except KafkaException:
+            added = []
+        if added:
+            self.consumer.incremental_assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in added])
+            self.known.update(added)
+
+    def poll(self) -> bool:
+        """Read one message (half a second at most); whether one came, a partition's end included."""
+        msg = self.consumer.poll(0.5)
+        if msg is None:
+            return False
+        if self.to_end and reached_end(msg, self.ends):
+            del self.ends[msg.partition()]
+        if not msg.error():
+            self.record(msg)
+        return True
+
+    def record(self, msg) -> None:
+        """Count a record by the kind of verdict it carries (its document's latest), print it."""
+        self.last = time.monotonic()
+        self.seen += 1
+        text = msg.value().decode("utf-8", "replace") if msg.value() is not None else "null"
+        v = None
+        try:
+            v = json.loads(text)
+            kind = v.get("verdict", "?") if isinstance(v, dict) else "?"
+            if kind == "duplicate":
+                kind = f"duplicate/{v.get('match')}"
+        except (ValueError, RecursionError) as e:  # printed as it is: a data problem never stops a tail
+            kind = "?"
+            self.counts["unparsed"] += 1
+            print(f"stream-dedup: {self.topic}[{msg.partition()}]@{msg.offset()} is not JSON "
+                  f"({type(e).__name__}); printed as text", file=sys.stderr)
+        ident = v.get("id") if isinstance(v, dict) else None
+        doc = ("id", ident) if isinstance(ident, str) else ("key", msg.key())
+        self.latest[doc] = kind  # a verdict's revisions count once, as their latest kind
+        if self.count_ids:
+            self.ids.add(doc)
+        if self.echo is not None:
+            self.echo(text)
+
+    def summary(self) -> dict[str, int]:
+        counts = self.counts + Counter(self.latest.values())
+        counts["messages"] = self.seen
+        counts["documents"] = len(self.latest)
+        if self.to_end and self.ends:
+            counts["unfinished_partitions"] = len(self.ends)
+        if self.count_ids:
+            counts["ids"] = len(self.ids)
+        return dict(counts)
+
+    def close(self) -> None:
+        self.consumer.close()

@@ -129,91 +129,137 @@ def redrive(settings: Settings, *, reasons: Iterable[str] = BUG_REASONS, ids: It
     sources; returns counts (``redriven.<reason>``, ``skipped.<reason>``, ``unredrivable``, ``read``).
     Raises RuntimeError when the topic cannot be read or a send is not acknowledged (nothing is
     committed then: the next run sends the same records again)."""
-    from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException
 
-    wanted, only = set(reasons), set(ids)
-    dlq = settings.topics.dlq
-    c = end_reader(settings, f"{settings.worker.app_id}-redrive")
-    p = None if dry_run else producer(settings)
-    failures: list[str] = []
-    counts: Counter[str] = Counter()
-    sizes: dict[str, int | None] = {}
+    run = Redrive(settings, set(reasons), set(ids), dry_run=dry_run, echo=echo, timeout=timeout)
+    try:
+        ends = run.start(from_beginning)
+        run.read_to(ends)
+        run.finish(ends)
+    except KafkaException as e:  # no broker, no rights, a commit refused: nothing half done is committed
+        raise RuntimeError(f"redrive from {run.dlq!r} failed: {e}") from None
+    finally:
+        run.close()
+    return dict(run.counts)
 
-    def partitions(topic: str) -> int | None:
-        if topic not in sizes:
-            parts = topic_partitions(c, topic, timeout)
-            sizes[topic] = len(parts) if parts is not None else None
-        return sizes[topic]
 
-    def on_delivery(err, _msg) -> None:
-        if err is not None:
-            failures.append(str(err))
+class Redrive:
+    """One run of ``redrive``: its reader of the dead-letter topic, its producer (none for a dry
+    run), the counts and the sends not acknowledged."""
 
-    read = confluent_fetch(client_config(settings))  # the gap filler's reader: no group, nothing committed
+    def __init__(self, settings: Settings, reasons: set[str], ids: set[str], *, dry_run: bool,
+                 echo: Callable[[str], None] | None, timeout: float):
+        self.settings, self.reasons, self.ids, self.echo, self.timeout = settings, reasons, ids, echo, timeout
+        self.dlq = settings.topics.dlq
+        self.consumer = end_reader(settings, f"{settings.worker.app_id}-redrive")
+        self.producer = None if dry_run else producer(settings)
+        self.counts: Counter[str] = Counter()
+        self.failures: list[str] = []
+        self._sizes: dict[str, int | None] = {}
+        self._read = confluent_fetch(client_config(settings))  # the gap filler's reader: no group, nothing committed
 
-    def fetch(topic: str, partition: int, offset: int) -> bytes | None:
+    def partitions(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has (None: no such topic), asked once a topic."""
+        if topic not in self._sizes:
+            parts = topic_partitions(self.consumer, topic, self.timeout)
+            self._sizes[topic] = len(parts) if parts is not None else None
+        return self._sizes[topic]
+
+    def fetch(self, topic: str, partition: int, offset: int) -> bytes | None:
         """The value of the message at ``offset``, None when the topic no longer holds it."""
-        msgs = read(topic, partition, offset, offset + 1)
+        msgs = self._read(topic, partition, offset, offset + 1)
         return (msgs[0].value or b"") if msgs and msgs[0].offset == offset else None
 
-    try:
-        if partitions(dlq) is None:
+    def start(self, from_beginning: bool) -> dict[int, int]:
+        """Assign the dead-letter partitions that hold records, from the group's committed offsets
+        (or the beginning); returns each one's end at the start, where this run stops."""
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        dlq, c = self.dlq, self.consumer
+        if self.partitions(dlq) is None:
             raise RuntimeError(f"dead-letter topic {dlq!r} does not exist (run `stream-dedup topics apply`)")
-        tps = [TopicPartition(dlq, i) for i in range(partitions(dlq) or 0)]
-        ends = {p: high for (_, p), (_, high) in watermarks(c, [(dlq, tp.partition) for tp in tps], timeout).items()}
+        tps = [TopicPartition(dlq, i) for i in range(self.partitions(dlq) or 0)]
+        ends = {p: high for (_, p), (_, high) in watermarks(c, [(dlq, tp.partition) for tp in tps], self.timeout).items()}
         starts = {tp.partition: OFFSET_BEGINNING if from_beginning or tp.offset < 0 else tp.offset
-                  for tp in coordinated(lambda: c.committed(tps, timeout=timeout), f"committed offsets of {dlq!r}")}
-        nonempty = [i for i, end in ends.items() if end > 0]
-        left = set(nonempty)
+                  for tp in coordinated(lambda: c.committed(tps, timeout=self.timeout), f"committed offsets of {dlq!r}")}
+        nonempty = {i: end for i, end in ends.items() if end > 0}
         c.assign([TopicPartition(dlq, i, starts[i]) for i in nonempty])
+        return nonempty
+
+    def read_to(self, ends: dict[int, int]) -> None:
+        """Read every assigned partition up to its end at the start, handling each record."""
+        from confluent_kafka import KafkaError
+
+        left = set(ends)
         while left:
-            msg = c.poll(timeout)
+            msg = self.consumer.poll(self.timeout)
             if msg is None:
-                raise RuntimeError(f"{dlq!r}: no message for {timeout:.0f} s before the end it had at the start")
+                raise RuntimeError(f"{self.dlq!r}: no message for {self.timeout:.0f} s before the end it had at the start")
             if msg.error() and msg.error().code() != KafkaError._PARTITION_EOF:
-                raise RuntimeError(f"cannot read {dlq!r}: {msg.error()}")
+                raise RuntimeError(f"cannot read {self.dlq!r}: {msg.error()}")
             if reached_end(msg, ends):
                 left.discard(msg.partition())
             if msg.error() or msg.offset() >= ends[msg.partition()]:
                 continue  # the end of the partition, or a record that arrived after the start: the next run's
-            counts["read"] += 1
-            try:
-                record = json.loads(msg.value() or b"")
-            except ValueError:
-                record = None
-            reason = record.get("reason") if isinstance(record, dict) else None
-            about = record_ids(record) if reason in wanted else []
-            if reason not in wanted or (only and not only.intersection(about)):
-                counts[f"skipped.{reason}"] += 1
-                continue
-            try:
-                t = target(record, msg.key(), settings.topics.pages, partitions, fetch)
-            except NotRedrivable as e:
-                counts["unredrivable"] += 1
-                if echo is not None:
-                    echo(f"{dlq}[{msg.partition()}]@{msg.offset()}: not sent back: {e}")
-                continue
-            counts[f"redriven.{reason}"] += 1
-            if echo is not None:
-                where = t.topic if t.partition is None else f"{t.topic}[{t.partition}]"
-                echo(f"{dlq}[{msg.partition()}]@{msg.offset()}: {reason} {about} -> {where}")
-            if p is not None:
-                kw: dict[str, Any] = {"on_delivery": on_delivery}
-                if t.partition is not None:
-                    kw["partition"] = t.partition
-                if t.timestamp is not None:
-                    kw["timestamp"] = t.timestamp
-                send(p, t.topic, t.value, t.key, **kw)
-        if p is not None:
-            remaining = p.flush(timeout)
-            if remaining or failures:
-                raise RuntimeError(f"{remaining + len(failures)} records were not sent back: "
-                                   f"{failures[:3] or 'flush timed out'}; nothing is committed")
-            if nonempty:
-                done = [TopicPartition(dlq, i, ends[i]) for i in nonempty]
-                coordinated(lambda: c.commit(offsets=done, asynchronous=False), f"commit of {dlq!r}")
-    except KafkaException as e:  # no broker, no rights, a commit refused: nothing half done is committed
-        raise RuntimeError(f"redrive from {dlq!r} failed: {e}") from None
-    finally:
-        c.close()
-    return dict(counts)
+            self.handle(msg)
+
+    def handle(self, msg: Any) -> None:
+        """One dead-letter record: skipped (another reason, other documents), not redrivable (said
+        why), or sent back to its source."""
+        self.counts["read"] += 1
+        try:
+            record = json.loads(msg.value() or b"")
+        except ValueError:
+            record = None
+        reason = record.get("reason") if isinstance(record, dict) else None
+        about = record_ids(record) if reason in self.reasons else []
+        if reason not in self.reasons or (self.ids and not self.ids.intersection(about)):
+            self.counts[f"skipped.{reason}"] += 1
+            return
+        here = f"{self.dlq}[{msg.partition()}]@{msg.offset()}"
+        try:
+            t = target(record, msg.key(), self.settings.topics.pages, self.partitions, self.fetch)
+        except NotRedrivable as e:
+            self.counts["unredrivable"] += 1
+            self._say(f"{here}: not sent back: {e}")
+            return
+        self.counts[f"redriven.{reason}"] += 1
+        self._say(f"{here}: {reason} {about} -> {t.topic if t.partition is None else f'{t.topic}[{t.partition}]'}")
+        self.send(t)
+
+    def send(self, t: Target) -> None:
+        """Send a record back (not in a dry run); a failed delivery is noted for ``finish``."""
+        if self.producer is None:
+            return
+        kw: dict[str, Any] = {"on_delivery": self._delivered}
+        if t.partition is not None:
+            kw["partition"] = t.partition
+        if t.timestamp is not None:
+            kw["timestamp"] = t.timestamp
+        send(self.producer, t.topic, t.value, t.key, **kw)
+
+    def _delivered(self, err, _msg) -> None:
+        if err is not None:
+            self.failures.append(str(err))
+
+    def finish(self, ends: dict[int, int]) -> None:
+        """Wait for every send's ack, then commit the ends read to: nothing is committed unless all
+        were sent back."""
+        from confluent_kafka import TopicPartition
+
+        if self.producer is None:
+            return
+        remaining = self.producer.flush(self.timeout)
+        if remaining or self.failures:
+            raise RuntimeError(f"{remaining + len(self.failures)} records were not sent back: "
+                               f"{self.failures[:3] or 'flush timed out'}; nothing is committed")
+        if ends:
+            done = [TopicPartition(self.dlq, i, end) for i, end in ends.items()]
+            coordinated(lambda: self.consumer.commit(offsets=done, asynchronous=False), f"commit of {self.dlq!r}")
+
+    def _say(self, line: str) -> None:
+        if self.echo is not None:
+            self.echo(line)
+
+    def close(self) -> None:
+        self.consumer.close()
