@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, AsyncIterator, Sequence, cast
+from typing import AbstractSet, Any, AsyncIterator, Mapping, Sequence, cast
 
 from faust.streams import Stream
 from faust.types import TP, EventT, StreamT
@@ -59,6 +59,10 @@ class BatchSource:
             except Exception as e:  # noqa: BLE001 - the gap filler gave up (see gaps._retried)
                 ctx.failed(f"{topic} gap filling", [(ev, ev.message) for ev in events], e)
                 return
+            out = self.unprocessed(out)
+            if not out:
+                ctx.busy.discard(topic)
+                continue
             for _, m in out:
                 key = (m.topic, m.partition)
                 ctx.in_hand[key] = min(ctx.in_hand.get(key, m.offset), m.offset)
@@ -67,6 +71,16 @@ class BatchSource:
                 ctx.in_hand.pop((m.topic, m.partition), None)
             ctx.busy.discard(topic)  # the agent's body is done with the batch
             ctx.batch_done[topic] = time.monotonic()
+
+    def unprocessed(self, batch: Batch) -> Batch:
+        """The batch without the messages this worker already processed since it was given their
+        partition (``unprocessed``): a seek to the committed offsets after an assignment can deliver
+        the last message read once more, and its work was done (under exactly-once, inside the open
+        transaction): a malformed event's second dead letter would be committed beside the first."""
+        kept = unprocessed(batch, internals.consumer(self.ctx.app)._acked_index)
+        if len(kept) < len(batch):
+            self.ctx.counts["redelivered.dropped"] += len(batch) - len(kept)
+        return kept
 
     async def with_gaps(self, events: Sequence[EventT]) -> Batch:
         """(event, message) for each event, preceded by the messages the stream skipped before it."""
@@ -154,3 +168,16 @@ class BatchSource:
             self.ctx.counts["commit.hole_rereads"] += 1
             self.ctx.metrics.holes.labels(tp.topic).inc()
             await consumer.seek(tp, skipped[0])
+
+
+def unprocessed(batch: Batch, acked: Mapping[TP, AbstractSet[int]]) -> Batch:
+    """The (event, message) pairs whose offset is not among the acked ones of its partition. Faust
+    acks an offset once its batch is done and forgets a partition's acked offsets when it is
+    revoked or committed past, so an acked offset is work this worker did in its current hold of
+    the partition (a held batch is never acked: it is replayed whole)."""
+    out: Batch = []
+    for ev, m in batch:
+        done = acked.get(TP(m.topic, m.partition))
+        if not done or m.offset not in done:
+            out.append((ev, m))
+    return out

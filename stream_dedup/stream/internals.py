@@ -30,7 +30,7 @@ PRIVATE: list[tuple[str, str, str]] = [
     ("faust.transport.consumer.Consumer", "_read_offset", "stall watch, gap tails"),
     ("faust.transport.consumer.Consumer", "_committed_offset", "gap filling, commits, stall watch"),
     ("faust.transport.consumer.Consumer", "_acked", "commits.strict_new_offset, commit holes"),
-    ("faust.transport.consumer.Consumer", "_acked_index", "commits.strict_new_offset"),
+    ("faust.transport.consumer.Consumer", "_acked_index", "commits.strict_new_offset, batch_source.unprocessed"),
     ("faust.transport.consumer.Consumer", "_gap", "commits.mark_processed, commit holes"),
     ("faust.transport.consumer.Consumer", "_paused_partitions", "stall watch nudge (logged)"),
     ("faust.transport.consumer.Consumer", "_buffered_partitions", "stall watch nudge (logged)"),
@@ -78,6 +78,7 @@ class ConsumerInternals(Protocol):
     _read_offset: MutableMapping[TP, int | None]
     _committed_offset: MutableMapping[TP, int | None]
     _acked: MutableMapping[TP, list[int]]
+    _acked_index: MutableMapping[TP, set[int]]
     _gap: MutableMapping[TP, Any]  # intervaltree.IntervalTree
     _paused_partitions: set[TP]
     _buffered_partitions: set[TP]

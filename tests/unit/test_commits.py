@@ -172,3 +172,21 @@ def test_a_fetch_jump_on_an_internal_topic_holds_the_commit_and_one_on_the_input
     with caplog.at_level("WARNING", logger="stream_dedup.worker"):
         asyncio.run(add_gap(c, pages, 30, 31))
     assert not c._gap[TP3] and not c._gap[pages].overlaps(30, 32) and not caplog.text
+
+
+def test_a_message_delivered_again_after_its_batch_was_acked_is_not_worked_on_twice():
+    """After an assignment the seek to the committed offsets can deliver the last message read once
+    more: its offset is acked (its batch was done), so ``unprocessed`` drops it; the offsets after
+    it, another partition's, and all of a partition Faust forgot (revoked) are kept."""
+    from stream_dedup.stream.batch_source import unprocessed
+    from stream_dedup.stream.gaps import Msg
+
+    c = consumer(committed=4)
+    ack(c, 4, 5)
+    batch = [(None, Msg("probes", 3, o, None, b"{}", None)) for o in (5, 6)]
+    assert [m.offset for _, m in unprocessed(batch, c._acked_index)] == [6]
+    other = [(None, Msg("probes", 2, 5, None, b"{}", None))]
+    assert unprocessed(other, c._acked_index) == other
+    assert STRICT(c, TP3) == 6  # committed: Faust forgets the acked offsets below
+    c._acked_index.pop(TP3)  # as on_partitions_revoked does
+    assert unprocessed(batch, c._acked_index) == batch
