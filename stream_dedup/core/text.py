@@ -172,7 +172,7 @@ _VARYING = re.compile(
     # the opt-out instruction that commercial SMS must carry, as a sender tag is: 回T退订, 退订回N,
     # 拒收请回复R, 回复TD退订, 不再接收请回T ...
     r"|(?:退订|拒收|不再接收)请?(?:回复?|发送?)\s*[a-z0-9]{1,6}|(?:回复?|发送?)\s*[a-z0-9]{1,6}\s*(?:退订|拒收)"
-    r"|(?<![a-z])(?:微信|v信|vx|qq|扣扣)号?:?\s*[a-z0-9_-]{5,20}(?![a-z0-9_-])")
+    r"|(?:添?加|\+)?(?<![a-z])(?:微信|v信|vx|qq|扣扣)号?:?\s*[a-z0-9_-]{5,20}(?![a-z0-9_-])")
 _DOT_LETTER = re.compile(r"\.[a-z]")
 # look-alike characters that spam uses to dodge keyword filters, folded to one letter or digit
 _CJK_NUMERALS = {"〇": "0", "零": "0", "壹": "1", "贰": "2", "叁": "3", "肆": "4", "伍": "5", "陆": "6", "柒": "7",

@@ -314,6 +314,10 @@ def test_a_wechat_or_qq_contact_is_masked_as_a_phone_number_is(ngram, prep):
     original = "重磅消息[玫瑰][玫瑰]合生前滩一号叠加别墅：开发商直降143万，以前需要6693万，现在只需4712万，7房7厅6卫"
     copy = original[:50] + "，加微信cnpxx789"
     assert judged_as_copy(ngram, prep, original, copy)
+    # "加" / "添加" / "+" before it is part of the contact: on a short text it was a character too many
+    assert skeleton(normalize("法轮大法好、真善忍，加微信agbjb227")) == skeleton(normalize("法轮大法好、真善忍"))
+    assert skeleton(normalize("兼职日结，添加微信abc12345")) == skeleton(normalize("兼职日结，+qq 12345678"))
+    assert "加油" in skeleton(normalize("加油微信号abcde1"))
 
 
 def test_a_long_spam_with_marks_between_its_characters_is_a_copy():
