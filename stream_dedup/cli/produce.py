@@ -130,10 +130,10 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
     than the read): the pages topic can grow (``topics apply --grow-input``) while someone tails it."""
     if to_end and from_end:
         raise ValueError("to_end and from_end exclude each other: from the end there is nothing to read up to it")
-    tail = Tail(settings, topic, to_end=to_end, echo=echo, count_ids=max_ids is not None)
+    tail = Tail(settings, topic, to_end=to_end, echo=echo)
     try:
         tail.start(from_end)
-        while ((max_messages is None or tail.seen < max_messages) and (max_ids is None or len(tail.ids) < max_ids)
+        while ((max_messages is None or tail.seen < max_messages) and (max_ids is None or len(tail.latest) < max_ids)
                and not (to_end and not tail.ends)):
             if not to_end:
                 tail.grow()
@@ -143,22 +143,23 @@ def tail_topic(settings: Settings, topic: str, *, max_messages: int | None = Non
         pass
     finally:
         tail.close()
-    return tail.summary()
+    counts = tail.summary()
+    if max_ids is not None:
+        counts["ids"] = counts["documents"]
+    return counts
 
 
 class Tail:
     """One ``tail_topic`` read: its reader, where it stops (``to_end``: each partition's end at the
     start, dropped when reached) and what it counted."""
 
-    def __init__(self, settings: Settings, topic: str, *, to_end: bool, echo: Callable[[str], None] | None,
-                 count_ids: bool):
+    def __init__(self, settings: Settings, topic: str, *, to_end: bool, echo: Callable[[str], None] | None):
         group = f"stream-dedup-tail-{uuid.uuid4().hex[:8]}"
         self.consumer = end_reader(settings, group) if to_end else consumer(settings, group)
-        self.topic, self.to_end, self.echo, self.count_ids = topic, to_end, echo, count_ids
+        self.topic, self.to_end, self.echo = topic, to_end, echo
         self.ends: dict[int, int] = {}
         self.counts: Counter[str] = Counter()
         self.seen = 0
-        self.ids: set[object] = set()
         self.latest: dict[object, str] = {}  # document -> the kind of its latest record
         self.known: set[int] = set()
         self.last = self.looked = time.monotonic()
@@ -223,8 +224,6 @@ class Tail:
         ident = v.get("id") if isinstance(v, dict) else None
         doc = ("id", ident) if isinstance(ident, str) else ("key", msg.key())
         self.latest[doc] = kind  # a verdict's revisions count once, as their latest kind
-        if self.count_ids:
-            self.ids.add(doc)
         if self.echo is not None:
             self.echo(text)
 
@@ -234,8 +233,6 @@ class Tail:
         counts["documents"] = len(self.latest)
         if self.to_end and self.ends:
             counts["unfinished_partitions"] = len(self.ends)
-        if self.count_ids:
-            counts["ids"] = len(self.ids)
         return dict(counts)
 
     def close(self) -> None:

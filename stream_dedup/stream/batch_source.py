@@ -74,9 +74,10 @@ class BatchSource:
 
     def unprocessed(self, batch: Batch) -> Batch:
         """The batch without the messages this worker already processed since it was given their
-        partition (``unprocessed``): a seek to the committed offsets after an assignment can deliver
-        the last message read once more, and its work was done (under exactly-once, inside the open
-        transaction): a malformed event's second dead letter would be committed beside the first."""
+        partition (the module's ``unprocessed``): a seek to the committed offsets after an
+        assignment can deliver the last message read once more, and its work was done (under
+        exactly-once, inside the open transaction): a malformed event's second dead letter would be
+        committed beside the first."""
         kept = unprocessed(batch, internals.consumer(self.ctx.app)._acked_index)
         if len(kept) < len(batch):
             self.ctx.counts["redelivered.dropped"] += len(batch) - len(kept)

@@ -51,9 +51,6 @@ class MinhashDetector(Detector):
         t, n = doc.text, self.shingle
         return [t[i:i + n] for i in range(max(1, len(t) - n + 1))]
 
-    def signature(self, doc: "Doc") -> np.ndarray:
-        return self.hasher.signature_of_text(doc.text, self.shingle)
-
     def sketch(self, doc: "Doc") -> Sketch | None:
         if len(doc.text) < self.shingle:
             return None

@@ -331,7 +331,9 @@ class NgramDetector(Detector):
         # original is verified against every later copy (a payload's words are decoded, or for a
         # count of 0 segmented, once while it is among the 1,024 most recent)
         self._words_of = lru_cache(maxsize=1024)(self._word_hashes)
-        self._skeleton_cached = lru_cache(maxsize=1 << 16)(self._skeleton_of)  # decoded once per probe, not per candidate
+        # decoded skeletons: a probe's own once, not per candidate, and the entries of hot buckets,
+        # which probe after probe verifies, once while they are among the many most recent
+        self._skeleton_cached = lru_cache(maxsize=1 << 16)(self._skeleton_of)
         self._latin_grams = lru_cache(maxsize=4096)(_latin_grams)
         self._cache_key = f"ngram#{id(self)}"  # this detector's prefetched keys in Doc.cache
 
