@@ -340,9 +340,10 @@ def compare(s, events: list[dict], got: list[tuple[float, dict]], dead_letters: 
                        "stall_s": round(longest_stall(arrivals, start, end), 1),
                        "longest_wait_s": round(max(waits.values(), default=float("nan")), 1),
                        "wait_by_second": profile})
+    differ = {i: {"got": latest[i], "scan": k} for i, k in expected.items()
+              if i in latest and (latest[i]["verdict"], latest[i]["match"], latest[i]["duplicate_of"]) != k}
     return {"events": len(events), "lost": sum(1 for i in expected if i not in latest),
-            "divergent": sum(1 for i, k in expected.items()
-                             if i in latest and (latest[i]["verdict"], latest[i]["match"], latest[i]["duplicate_of"]) != k),
+            "divergent": len(differ), "divergent_ids": differ,
             "bad_sent": len(BAD), "dead_letters": dead_letters, "faults": faults}
 
 
