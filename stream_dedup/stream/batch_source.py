@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import AbstractSet, Any, AsyncIterator, Callable, Mapping, Sequence, cast
+from typing import AbstractSet, Any, AsyncIterator, Mapping, Sequence, cast
 
 from faust.streams import Stream
 from faust.types import TP, EventT, StreamT
@@ -37,7 +37,6 @@ class BatchSource:
         self.holes = commits.HoleWatch() if self.inline else commits.HoleWatch(checks=1)
         self.gaps = GapFiller(confluent_fetch(client_config(settings), markers=not self.inline), on_fill=self.filled,
                               committed=confluent_committed(client_config(settings), settings.worker.app_id))
-        self.open_work = None if self.inline else OpenWork()
 
     def filled(self, topic_name: str, k: int) -> None:
         self.ctx.counts["gap.refetched"] += k
@@ -68,8 +67,6 @@ class BatchSource:
                 key = (m.topic, m.partition)
                 ctx.in_hand[key] = min(ctx.in_hand.get(key, m.offset), m.offset)
             yield out
-            if self.open_work is not None:
-                self.open_work.add(out)
             for _, m in out:
                 ctx.in_hand.pop((m.topic, m.partition), None)
             ctx.busy.discard(topic)  # the agent's body is done with the batch
@@ -81,10 +78,7 @@ class BatchSource:
         assignment can deliver the last message read once more, and its work was done (under
         exactly-once, inside the open transaction): a malformed event's second dead letter would be
         committed beside the first."""
-        acked: Mapping[TP, AbstractSet[int]] = internals.consumer(self.ctx.app)._acked_index
-        if self.open_work is not None:
-            acked = self.open_work.with_acked(batch, acked, lambda tp: internals.committed_offset(self.ctx.app, tp))
-        kept = unprocessed(batch, acked)
+        kept = unprocessed(batch, internals.consumer(self.ctx.app)._acked_index)
         if len(kept) < len(batch):
             self.ctx.counts["redelivered.dropped"] += len(batch) - len(kept)
         return kept
@@ -175,49 +169,6 @@ class BatchSource:
             self.ctx.counts["commit.hole_rereads"] += 1
             self.ctx.metrics.holes.labels(tp.topic).inc()
             await consumer.seek(tp, skipped[0])
-
-
-class OpenWork:
-    """Under exactly-once, the offsets whose batch is done since their partition's last commit.
-
-    Faust keeps them too (its acked offsets) but forgets a partition's at every revocation, also
-    when the rebalance gives the partition back to this worker; its transaction then stays open
-    across the rebalance (Faust keeps that partition's producer), with those offsets' work in it,
-    and the seek to the committed offset delivers them again: a second dead letter, or a second
-    verdict, would be committed with the first. Dropped for a partition that left the worker: its
-    producer is stopped and its next owner's aborts the transaction."""
-
-    def __init__(self) -> None:
-        self.offsets: dict[TP, set[int]] = {}
-
-    def add(self, batch: Batch) -> None:
-        """A batch the agent is done with; a held message (``context.hold``, marked acked) is not done."""
-        for _, m in batch:
-            if not getattr(m, "acked", False):
-                self.offsets.setdefault(TP(m.topic, m.partition), set()).add(m.offset)
-
-    def since(self, tp: TP, committed: int | None) -> set[int]:
-        """The partition's done offsets not committed yet (``committed``: its committed offset)."""
-        done = self.offsets.get(tp)
-        if not done:
-            return set()
-        if committed is not None and min(done) < committed:
-            done = self.offsets[tp] = {o for o in done if o >= committed}
-        return done
-
-    def with_acked(self, batch: Batch, acked: Mapping[TP, AbstractSet[int]],
-                   committed: Callable[[TP], int | None]) -> dict[TP, AbstractSet[int]]:
-        """Faust's acked offsets and these, for the partitions of ``batch``."""
-        out: dict[TP, AbstractSet[int]] = {}
-        for tp in {TP(m.topic, m.partition) for _, m in batch}:
-            mine = self.since(tp, committed(tp))
-            out[tp] = mine | acked[tp] if tp in acked else mine
-        return out
-
-    def keep(self, assigned: AbstractSet[TP]) -> None:
-        """After an assignment: forget the partitions that left."""
-        for tp in [tp for tp in self.offsets if tp not in assigned]:
-            del self.offsets[tp]
 
 
 def unprocessed(batch: Batch, acked: Mapping[TP, AbstractSet[int]]) -> Batch:

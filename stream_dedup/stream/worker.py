@@ -190,7 +190,6 @@ class Worker:
         app.agent(self.topics.answers, name="decide_agent")(self.decide_agent)
         app.on_before_shutdown.connect(self.quiesce)  # type: ignore[arg-type]
         app.on_partitions_revoked.connect(self.forget_revoked)  # type: ignore[arg-type]
-        app.on_partitions_assigned.connect(self.keep_assigned)  # type: ignore[arg-type]
         if self.source.inline:
             app.timer(interval=2.0, name="reread_skipped_tails")(self.source.reread_skipped_tails)
         app.timer(interval=2.0, name="read_commit_holes")(self.source.read_commit_holes)
@@ -235,11 +234,6 @@ class Worker:
             self.source.gaps.tracker.forget(tp.topic, tp.partition)
             if tp.topic == self.topics.probes.get_topic_name():
                 self.filters.forget(tp.partition)
-
-    async def keep_assigned(self, sender: Any, assigned: set[TP], **kwargs: Any) -> None:
-        """After an assignment: forget the open work of partitions that left (``OpenWork``)."""
-        if self.source.open_work is not None:
-            self.source.open_work.keep(assigned)
 
     async def flush_state(self) -> None:
         self.ctx.counts["state.flushes"] += self.tables.flush()

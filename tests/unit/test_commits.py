@@ -190,31 +190,3 @@ def test_a_message_delivered_again_after_its_batch_was_acked_is_not_worked_on_tw
     assert STRICT(c, TP3) == 6  # committed: Faust forgets the acked offsets below
     c._acked_index.pop(TP3)  # as on_partitions_revoked does
     assert unprocessed(batch, c._acked_index) == batch
-
-
-def test_exactly_once_work_done_before_a_rebalance_that_gives_the_partition_back_is_not_done_again():
-    """Under exactly-once a partition this worker keeps through a rebalance keeps its producer and
-    its open transaction, which holds the work of the offsets done since the last commit; Faust
-    forgets those offsets at the revocation and the seek to the committed offset delivers them
-    again. ``OpenWork`` keeps them until a commit passes them or the partition leaves; a held
-    message (marked acked, to be replayed) is not done."""
-    from stream_dedup.stream.batch_source import OpenWork, unprocessed
-    from stream_dedup.stream.gaps import Msg
-
-    work = OpenWork()
-    held = SimpleNamespace(topic="probes", partition=3, offset=7, acked=True)
-    work.add([(None, Msg("probes", 3, o, None, b"{}", None)) for o in (4, 5, 6)] + [(None, held)])
-    again = [(None, Msg("probes", 3, o, None, b"{}", None)) for o in (4, 5, 6, 7, 8)]
-    faust_forgot: dict = defaultdict(set)  # on_partitions_revoked popped the partition's acked offsets
-    assert unprocessed(again, faust_forgot) == again  # what Faust's own bookkeeping lets through
-    done = work.with_acked(again, faust_forgot, lambda tp: 4)
-    assert [m.offset for _, m in unprocessed(again, done)] == [7, 8]
-    # a commit at 6 passes offsets 4 and 5: forgotten; 6 stays until a commit passes it
-    assert work.since(TP3, 6) == {6}
-    assert work.offsets[TP3] == {6}
-    # Faust's acked offsets count as well (a redelivery within one hold of the partition)
-    acked = defaultdict(set, {TP3: {8}})
-    assert [m.offset for _, m in unprocessed(again[3:], work.with_acked(again[3:], acked, lambda tp: 6))] == [7]
-    # the partition left the worker: its transaction is aborted by the next owner, its work undone
-    work.keep({TP("probes", 2)})
-    assert unprocessed(again, work.with_acked(again, faust_forgot, lambda tp: 4)) == again
