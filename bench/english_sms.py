@@ -10,8 +10,9 @@ the GitHub repository snakeztc/NeuralDialog-LAED. Distinct utterances (letters c
 at most 15% of their 8-grams with an earlier one: 400 of 8 to 40 words are originals, with one copy
 per edit class each (``EDITS``: a sender tag, an opt-out or contact tail, a filler inside words,
 full-width, upper case, a letter changed in one or two words, the end cut, numbers changed, two
-sentences swapped), and 4,000 others are negatives, most of them short everyday messages ("What do
-you do?", "$ 300.") that must not merge.
+sentences swapped, Cyrillic look-alike letters, digits and marks for letters), and 4,000 others
+are negatives, most of them short everyday messages ("What do you do?", "$ 300.") that must not
+merge.
 
 First table, leave-one-edit-class-out: for each class, the letter-gram Jaccard and the short-text
 bound of Latin-script texts (``ngram.LATIN_JACCARD``, ``ngram.LATIN_SHORT``) are picked from a grid
@@ -68,6 +69,9 @@ def _reorder(t: str, rng: random.Random) -> str:
     return " ".join(p.strip() for p in parts)
 
 
+_CYRILLIC = dict(zip("aeopcxyiABEKMHOPCTX", "аеорсхуіАВЕКМНОРСТХ"))
+_LEET = dict(zip("oeaistOEAIST", "03@1$703@1$7"))
+
 EDITS: dict[str, Callable[[str, random.Random], str]] = {
     "brand": lambda t, rng: rng.choice(["[FreeMsg] ", "FreeMsg: ", "<Vodafone> "]) + t,
     "optout": lambda t, rng: t + rng.choice([" Txt STOP to ", " Reply STOP to ", " To opt out text END to "])
@@ -83,6 +87,9 @@ EDITS: dict[str, Callable[[str, random.Random], str]] = {
     "numbers": lambda t, rng: (re.sub("[0-9]+", lambda m: _digits(rng, len(m.group())), t)
                                if re.search("[0-9]", t) else t + f" Code {_digits(rng, 4)}"),
     "reorder": _reorder,
+    # look-alike letters of other scripts, and digits or marks for letters, as spam dodges filters
+    "homoglyph": lambda t, rng: "".join(_CYRILLIC.get(c, c) if rng.random() < 0.5 else c for c in t),
+    "leet": lambda t, rng: "".join(_LEET.get(c, c) if rng.random() < 0.4 else c for c in t),
 }
 
 

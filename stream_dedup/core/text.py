@@ -106,17 +106,47 @@ def normalize(text: str, *, t2s: bool = True) -> str:
     """The canonical form that digests and features are computed from.
 
     NFKC (full-width -> half-width, compatibility forms), invisible characters removed,
-    traditional -> simplified, punctuation folded to one ASCII form, case folded, runs of
-    whitespace collapsed, and spaces next to CJK characters or punctuation removed (Chinese
-    does not use them, so they are layout or noise).
+    traditional -> simplified, Cyrillic and Greek look-alikes of Latin letters as those letters
+    (``_fold_confusables``), punctuation folded to one ASCII form, case folded, runs of whitespace
+    collapsed, and spaces next to CJK characters or punctuation removed (Chinese does not use
+    them, so they are layout or noise).
     """
     s = _INVISIBLE.sub("", nfkc(text))
     if t2s:
         s = to_simplified(s)
+    if not s.isascii() and _CYRILLIC_GREEK.search(s) is not None:
+        s = _fold_confusables(s)
     # runs of whitespace to one space, stripped: str.split's whitespace is re's \s (both
     # ``Py_UNICODE_ISSPACE``), and the split and join cost less than ``re.sub(r"\s+", " ", s)``
     s = " ".join(_fold_punct(s).casefold().split())
     return _SPACE_AROUND.sub("", s) if " " in s else s
+
+
+# Cyrillic and Greek letters that look like a Latin letter, as that letter (before case folding:
+# "Ν" is N, "ν" is v): spam writes "FREE" as "FRЕЕ" or a brand as "ѴіѴО" to dodge keyword filters
+# (Unicode's confusables, UTS #39, for these two scripts).
+_CONFUSABLE = dict(zip("АВЕЅІЈКМНОРСТХУаеіјорсхуԁԛԝѕһӏѴѵ", "ABESIJKMHOPCTXYaeijopcxydqwshlVv")) | dict(
+    zip("ΑΒΕΖΗΙΚΜΝΟΡΤΥΧαιουνκρτχ", "ABEZHIKMNOPTYXaiouvkptx"))
+_fold_confusable_letters = _char_folder(_CONFUSABLE)
+_CYRILLIC_GREEK = re.compile("[\u0370-\u03ff\u0400-\u052f]")
+_CONFUSABLE_WORD = re.compile("[^\\W\\d_]*[\u0370-\u03ff\u0400-\u052f][^\\W\\d_]*")
+_LATIN_LETTER = re.compile("[A-Za-z]")
+_LATIN_OR_HAN = re.compile(f"[A-Za-z{_CJK}]")
+
+
+def _fold_confusables(s: str) -> str:
+    """``s`` with its Cyrillic and Greek look-alikes as Latin letters in a word that mixes them with
+    Latin letters ("Yоu"), or that is all look-alikes in a text of Latin or Han script ("Μ" in a
+    Chinese text). A Russian or Greek text keeps its letters, so its case still folds as one."""
+    latin_text = _LATIN_OR_HAN.search(s) is not None
+
+    def fold(m: re.Match[str]) -> str:
+        w = m.group()
+        if _LATIN_LETTER.search(w) or (latin_text and all(c in _CONFUSABLE for c in w)):
+            return _fold_confusable_letters(w)
+        return w
+
+    return _CONFUSABLE_WORD.sub(fold, s)
 
 
 # marks spammers put between the characters of a message ("元宵*的*夜", "建·设·银·行"): one that is at
@@ -260,9 +290,33 @@ def _latin(s: str) -> bool:
 
 def _latin_skeleton(s: str) -> str:
     """An alphabetic text's skeleton: its letters, digits and CJK characters, look-alikes folded
-    only in an ASCII token that holds both letters and digits."""
-    return "".join(_fold_lookalike(t) if t.isascii() and not t.isalpha() and not t.isdigit() else t
-                   for t in _TOKEN.findall(s))
+    only in an ASCII token that holds both letters and digits (``_fold_mixed``), l as i."""
+    if "@" in s or "$" in s:
+        s = _LEET_MARK.sub(lambda m: _LEET_MARKS[m.group()], s)
+    sk = "".join(_fold_mixed(t) if t.isascii() and not t.isalpha() and not t.isdigit() else t
+                 for t in _TOKEN.findall(s))
+    return sk.replace("l", "i")  # as in a word with digits for letters, where 1 is either
+
+
+# digits that spam writes for letters ("fr33", "c4ll", "wh0", "v1p"), and the marks it writes in a
+# word ("c@ll", "$ale"); 1 is l as often as i, so l is i in a Latin skeleton
+_LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "8": "b"})
+# @ or $ for a letter: before a run of letters and digits with a letter ("$0m3", "p0$$1bl3"), or
+# after a letter and not before a digit ("it'$"); "is$1500" (normalize's "is $ 1500") is an amount
+_LEET_MARK = re.compile(r"[@$](?=[@$]*[0-9]*[a-z])|(?<=[a-z'])[@$](?![@$0-9])")
+_LEET_MARKS = {"@": "a", "$": "s"}
+
+
+def _fold_mixed(token: str) -> str:
+    """A token of Latin letters and digits: a number with look-alike letters ("l38OO138OOO", all
+    digits once they are folded) as that number; a word with digits for letters, as many letters
+    as digits or more ("fr33", "wh0", "1t"), as that word; else with look-alike
+    letters as digits ("100k", "4n9")."""
+    number = _fold_lookalike(token)
+    if number.isdigit():
+        return number
+    digits = sum(c.isdigit() for c in token)
+    return token.translate(_LEET) if 2 * digits <= len(token) else number
 
 
 def _may_vary(s: str) -> bool:

@@ -257,6 +257,10 @@ ENGLISH_COPIES = [
     ENGLISH.replace("double", "d.o.u.b.l.e"),
     ENGLISH[:70],
     "It's a double room. Could you keep it for 3 days? Yes, I have booked a room for 24th.",
+    # Cyrillic and Greek look-alikes for Latin letters (Yеs, Іt, dοuble), digits and marks for
+    # letters ("d0ubl3", "r@@m", "It'$"): how spam dodges keyword filters
+    ENGLISH.translate(str.maketrans({"e": "е", "o": "о", "a": "а", "I": "І", "C": "С", "d": "ԁ", "u": "υ"})),
+    "Y3s, I h@v3 b00k3d a r@@m f0r 24th. It'$ a d0ubl3 r00m. C0uld y0u k33p 1t f0r 3 days?",
 ]
 
 
@@ -292,6 +296,17 @@ def test_texts_of_other_alphabets_are_copies_or_apart_by_their_letters(ngram, pr
     assert judged_as_copy(ngram, prep, first, "[PROMO] " + first + " 8 916 123-45-67")
     assert judged_as_copy(ngram, prep, first, first.upper())
     assert not judged_as_copy(ngram, prep, first + " 89161234567", third + " 89161234567")
+
+
+def test_look_alike_letters_of_other_scripts_fold_to_latin_and_amounts_stay_numbers():
+    """Cyrillic and Greek letters that look Latin are the Latin letter in any text (a Chinese spam's
+    ".℃○Μ" is its ".com"); a Russian text stays as distinct from another as it was. A $ or @ in a
+    word is a letter; "$ 300" is an amount, whose digits still vary inside a campaign."""
+    assert normalize("FRЕЕ ΜΟΝΕΥ") == normalize("FREE MONEY") == "free money"
+    first, third = OTHER_SCRIPTS["ru"]
+    assert normalize(first) != normalize(third) and normalize(first) == normalize(first.upper())
+    assert skeleton(normalize("c@ll n0w, it'$ fr33")) == skeleton(normalize("call now, it's free"))
+    assert skeleton(normalize("It is $ 300.")) == skeleton(normalize("It is $ 450.")) == "itis#"
 
 
 def test_look_alikes_fold_in_numbers_and_words_keep_their_letters():
