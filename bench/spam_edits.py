@@ -19,6 +19,7 @@ original two copies, each made by one edit class drawn at random from ``CLASSES`
     truncate   the last 10-25% cut off (a message split by the gateway)
     numbers    every number changed (prices, dates, codes)
     reorder    two clauses swapped
+    bust       one to three news headlines before or after the text (hash-busting)
     combo2     two of the classes above
     combo3     three of the classes above
 
@@ -124,6 +125,18 @@ def numbers(t: str, rng: random.Random) -> str:
     return out if out != t else t + f" 编号{_digits(rng, 6)}"
 
 
+_TITLES: list[str] = []
+
+
+def bust(t: str, rng: random.Random) -> str:
+    """Hash-busting: one to three news headlines put after (or before) the text, as much as the text
+    or more, so that a fingerprint of the whole no longer matches the campaign's."""
+    if not _TITLES:
+        _TITLES.extend(r["text"] for r in read(SHARED / "news" / "thucnews_titles_20k.jsonl"))
+    filler = "。".join(rng.sample(_TITLES, rng.randint(1, 3)))
+    return t + "。" + filler if rng.random() < 0.7 else filler + "。" + t
+
+
 def reorder(t: str, rng: random.Random) -> str:
     parts = _CLAUSE.findall(t)
     if len(parts) < 2:
@@ -134,7 +147,8 @@ def reorder(t: str, rng: random.Random) -> str:
 
 
 SINGLE: dict[str, Callable[[str, random.Random], str]] = {
-    f.__name__: f for f in (brand, optout, contact, noise, fullwidth, trad, emoji, typo, truncate, numbers, reorder)}
+    f.__name__: f for f in (brand, optout, contact, noise, fullwidth, trad, emoji, typo, truncate, numbers, reorder,
+                            bust)}
 CLASSES = list(SINGLE) + ["combo2", "combo3"]
 
 
@@ -165,7 +179,7 @@ def build(originals: int, ham: int, seed: int, copies: int = 2) -> tuple[Path, P
     """The stream and its labels (see the module docstring), made once per size and seed;
     ``copies`` edited copies of every original (``bench/peers.py`` makes a long stream with more)."""
     WORK.mkdir(parents=True, exist_ok=True)
-    tag = f"{originals}-{ham}-{seed}" + (f"-x{copies}" if copies != 2 else "")
+    tag = f"{originals}-{ham}-{seed}" + (f"-x{copies}" if copies != 2 else "") + f"-c{len(SINGLE)}"
     path, labels_path = WORK / f"stream-{tag}.jsonl", WORK / f"labels-{tag}.jsonl"
     if path.exists() and labels_path.exists():
         return path, labels_path

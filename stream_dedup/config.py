@@ -126,7 +126,8 @@ class NgramSettings(_Section):
     min_contained: Annotated[int, Meta(ge=1, description="a shorter text of fewer skeleton characters (numbers left out) must be contained whole "
         "and in one piece, or as its clauses moved around, with at most half as much again added around it "
         "(under 8: the same skeleton only); alphabetic texts (English, Russian): see docs/design.md")] = 16
-    contained_ratio: Annotated[float, Meta(gt=0, le=1, description="and its length as a share of the longer's at least this")] = 0.5
+    contained_ratio: Annotated[float, Meta(gt=0, le=1, description="and its length as a share of the longer's at least this; "
+        "a shorter one only in one place of the longer (hash-busting: other text put around a copy)")] = 0.5
 
 
 class MinhashSettings(_Section):

@@ -356,3 +356,34 @@ def test_a_long_spam_with_marks_between_its_characters_is_a_copy():
     assert found == len(long_spam)
     kept = normalize("2024-01-01 会议纪要：约翰·史密斯说，下午3-4点开会。")
     assert drop_fillers(kept) == kept
+
+
+@pytest.fixture(scope="module")
+def headlines():
+    """Real news headlines (THUCNews, the shared corpus): what a hash-buster puts around a spam."""
+    rows = [json.loads(line) for line in shared_data("news/thucnews_titles_20k.jsonl").open(encoding="utf-8")]
+    return [r["text"] for r in rows[:300]]
+
+
+def test_a_spam_with_more_headlines_around_it_than_its_own_text_is_a_copy(ngram, prep, spam, headlines):
+    """Hash-busting: other text put before or after a message, as much as the message or more; the
+    message stays whole in one place of the copy."""
+    found, pool = 0, iter(headlines)
+    for i, t in enumerate(spam):
+        filler = next(pool)
+        while len(filler) < len(t):
+            filler += "。" + next(pool)
+        copy = t + "。" + filler if i % 2 else filler + "。" + t
+        found += judged_as_copy(ngram, prep, t, copy)
+    assert found >= 0.95 * len(spam)
+
+
+def test_different_spam_with_the_same_headlines_around_them_stay_apart(ngram, prep, spam, headlines):
+    """The headlines are common to both; neither message is in the other. A known limit: a message
+    with fewer than ``min_contained`` characters of its own (an account number and a name) is
+    mostly headlines then, and that is in one place of the other ("7777777777杨德彪工行卡")."""
+    filler = "。".join(headlines[:3])
+    own = [t for t in spam if len(re.sub("[0-9]", "", skeleton(normalize(t)))) >= ngram.min_contained]
+    merged = [(a, b) for a, b in zip(own[::2], own[1::2])
+              if judged_as_copy(ngram, prep, a + "。" + filler, b + "。" + filler)]
+    assert len(own) >= 40 and not merged

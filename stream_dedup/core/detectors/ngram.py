@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, AbstractSet
 
 import mmh3
 import numpy as np
+from rapidfuzz import fuzz
 from rapidfuzz.distance import LCSseq, Levenshtein
 
 from ..hashing import shingle_hashes, shingle_hashes_list, shingle_hashes_many
@@ -548,20 +549,29 @@ class NgramDetector(Detector):
             return None
         return Match(jac)
 
+    def _in_one_place(self, short: str, long: str) -> Match | None:
+        """A text with more added than it has (hash-busting: other messages' or random sentences
+        put before or after a spam): the shorter whole in one place of the longer, its best window
+        ``containment`` alike or more (rapidfuzz's ``partial_ratio``). Characters in order spread
+        over a long text say little; a block in one place is the text."""
+        score = fuzz.partial_ratio(short, long, score_cutoff=100 * self.containment)
+        return Match(round(score / 100, 4)) if score else None
+
     def _contained(self, ska: str, skb: str) -> Match | None:
         """A copy with additions (a sender tag, an opt-out or contact tail, inserted or changed
         characters): most of the shorter skeleton's characters in the longer in order (their longest
         common subsequence), or, for clauses moved around, most of its character pairs found in the longer.
-        Only for a shorter text of ``min_contained`` characters or more and at least
-        ``contained_ratio`` of the longer's length, so that a short phrase ("好的", a greeting) is
-        never a copy of every text that contains it. The skeletons come without their numbers
-        (``#``): numbers vary inside a campaign and say little about the text."""
+        Only for a shorter text of ``min_contained`` characters or more, so that a short phrase
+        ("好的", a greeting) is never a copy of every text that contains it; under
+        ``contained_ratio`` of the longer's length only in one place of it (``_in_one_place``).
+        The skeletons come without their numbers (``#``): numbers vary inside a campaign and say
+        little about the text."""
         short, long = (ska, skb) if len(ska) <= len(skb) else (skb, ska)
         n = len(short)
         if n < self.min_contained:  # numbers left out it is short: whole, in one piece
             return self._short_copy(short, long)
         if n < self.contained_ratio * len(long):
-            return None
+            return self._in_one_place(short, long)
         need = self.containment * n
         # at least a third in order (of three clauses moved around, the longest stays), else no copy
         lcs = LCSseq.similarity(short, long, score_cutoff=(n + 2) // 3)
