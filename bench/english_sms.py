@@ -10,9 +10,9 @@ the GitHub repository snakeztc/NeuralDialog-LAED. Distinct utterances (letters c
 at most 15% of their 8-grams with an earlier one: 400 of 8 to 40 words are originals, with one copy
 per edit class each (``EDITS``: a sender tag, an opt-out or contact tail, a filler inside words,
 full-width, upper case, a letter changed in one or two words, the end cut, numbers changed, two
-sentences swapped, Cyrillic look-alike letters, digits and marks for letters), and 4,000 others
-are negatives, most of them short everyday messages ("What do you do?", "$ 300.") that must not
-merge.
+sentences swapped, Cyrillic look-alike letters, digits and marks for letters, two other utterances
+after it), and 4,000 others are negatives, most of them short everyday messages ("What do you
+do?", "$ 300.") that must not merge.
 
 First table, leave-one-edit-class-out: for each class, the letter-gram Jaccard and the short-text
 bound of Latin-script texts (``ngram.LATIN_JACCARD``, ``ngram.LATIN_SHORT``) are picked from a grid
@@ -71,6 +71,7 @@ def _reorder(t: str, rng: random.Random) -> str:
 
 _CYRILLIC = dict(zip("aeopcxyiABEKMHOPCTX", "аеорсхуіАВЕКМНОРСТХ"))
 _LEET = dict(zip("oeaistOEAIST", "03@1$703@1$7"))
+_FILLER: list[str] = []  # utterances of neither the originals nor the negatives (``build``)
 
 EDITS: dict[str, Callable[[str, random.Random], str]] = {
     "brand": lambda t, rng: rng.choice(["[FreeMsg] ", "FreeMsg: ", "<Vodafone> "]) + t,
@@ -90,6 +91,8 @@ EDITS: dict[str, Callable[[str, random.Random], str]] = {
     # look-alike letters of other scripts, and digits or marks for letters, as spam dodges filters
     "homoglyph": lambda t, rng: "".join(_CYRILLIC.get(c, c) if rng.random() < 0.5 else c for c in t),
     "leet": lambda t, rng: "".join(_LEET.get(c, c) if rng.random() < 0.4 else c for c in t),
+    # hash-busting: two utterances that are not in the stream put after the text
+    "bust": lambda t, rng: t + " " + " ".join(rng.sample(_FILLER, 2)),
 }
 
 
@@ -114,7 +117,9 @@ def build(files: list[Path], seed: int = 5) -> tuple[Path, Path]:
     rng.shuffle(texts)
     originals = [t for t in texts if 8 <= len(t.split()) <= 40][:400]
     chosen = set(originals)
-    ham = [t for t in texts if t not in chosen][:4000]
+    rest = [t for t in texts if t not in chosen]
+    ham = rest[:4000]
+    _FILLER[:] = rest[4000:]
     docs, labels = [], []
     for i, t in enumerate(originals):
         docs.append({"id": f"o{i}", "text": t})

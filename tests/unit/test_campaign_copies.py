@@ -387,3 +387,10 @@ def test_different_spam_with_the_same_headlines_around_them_stay_apart(ngram, pr
     merged = [(a, b) for a, b in zip(own[::2], own[1::2])
               if judged_as_copy(ngram, prep, a + "。" + filler, b + "。" + filler)]
     assert len(own) >= 40 and not merged
+
+
+def test_an_english_message_with_other_sentences_after_it_is_a_copy(ngram, prep):
+    """Hash-busting in English: more of other text after the message than the message has."""
+    tail = " I'm leaving for Japan at 11 this morning. And I take the dog for a walk every Wednesday and Friday."
+    assert judged_as_copy(ngram, prep, ENGLISH, ENGLISH + tail)
+    assert judged_as_copy(ngram, prep, ENGLISH, tail + " " + ENGLISH)

@@ -492,7 +492,8 @@ class NgramDetector(Detector):
         """Two Latin-script skeletons without their numbers: the same, or the shorter whole in the
         longer (in one piece, or as its clauses moved around, ``_in_pieces``) when short; else most
         of their letter grams (``LATIN_GRAM``) shared, or most of the shorter's found in the longer
-        (a copy with a tag or a tail) when it is ``contained_ratio`` of it."""
+        (a copy with a tag or a tail) when it is ``contained_ratio`` of it, or whole in one place of
+        it when it is less (``_in_one_place``)."""
         short, long = (a, b) if len(a) <= len(b) else (b, a)
         if len(short) < LATIN_SHORT:
             whole = len(short) >= LATIN_WHOLE and 2 * len(long) <= 3 * len(short)
@@ -500,7 +501,7 @@ class NgramDetector(Detector):
         contained = self.containment and len(short) >= self.contained_ratio * len(long)
         # Jaccard <= about shorter / longer (unless the longer repeats a run of letters over and over)
         if not contained and len(short) < LATIN_JACCARD * len(long):
-            return None
+            return self._in_one_place(short, long) if self.containment else None
         ga, gb = self._latin_grams(short), self._latin_grams(long)
         inter = len(ga & gb)
         jaccard = inter / (len(ga) + len(gb) - inter)
