@@ -294,7 +294,7 @@ def _latin_skeleton(s: str) -> str:
     """An alphabetic text's skeleton: its letters, digits and CJK characters, look-alikes folded
     only in an ASCII token that holds both letters and digits (``_fold_mixed``), l as i."""
     if "@" in s or "$" in s:
-        s = _LEET_MARK.sub(lambda m: _LEET_MARKS[m.group()], s)
+        s = _LEET_MARK.sub(lambda m: m.group().translate(_LEET_MARKS), s)
     sk = "".join(_fold_mixed(t) if t.isascii() and not t.isalpha() and not t.isdigit() else t
                  for t in _TOKEN.findall(s))
     return sk.replace("l", "i")  # as in a word with digits for letters, where 1 is either
@@ -303,10 +303,11 @@ def _latin_skeleton(s: str) -> str:
 # digits that spam writes for letters ("fr33", "c4ll", "wh0", "v1p"), and the marks it writes in a
 # word ("c@ll", "$ale"); 1 is l as often as i, so l is i in a Latin skeleton
 _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "8": "b"})
-# @ or $ for a letter: before a run of letters and digits with a letter ("$0m3", "p0$$1bl3"), or
-# after a letter and not before a digit ("it'$"); "is$1500" (normalize's "is $ 1500") is an amount
-_LEET_MARK = re.compile(r"[@$](?=[@$]*[0-9]*[a-z])|(?<=[a-z'])[@$](?![@$0-9])")
-_LEET_MARKS = {"@": "a", "$": "s"}
+# @ or $ for a letter: a run of them before digits and a letter ("$0m3", "p0$$1bl3"), or after a
+# letter and not before a digit ("it'$"); "is$1500" (normalize's "is $ 1500") is an amount. Tried
+# where a run starts and never given back (possessive): a long run of marks stays linear
+_LEET_MARK = re.compile(r"(?<![@$])[@$]++(?=[0-9]*[a-z])|(?<=[a-z'])[@$]++(?![0-9])")
+_LEET_MARKS = str.maketrans({"@": "a", "$": "s"})
 
 
 def _fold_mixed(token: str) -> str:
