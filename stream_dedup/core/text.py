@@ -128,10 +128,11 @@ def normalize(text: str, *, t2s: bool = True) -> str:
 _CONFUSABLE = dict(zip("АВЕЅІЈКМНОРСТХУаеіјорсхуԁԛԝѕһӏѴѵ", "ABESIJKMHOPCTXYaeijopcxydqwshlVv")) | dict(
     zip("ΑΒΕΖΗΙΚΜΝΟΡΤΥΧαιουνκρτχ", "ABEZHIKMNOPTYXaiouvkptx"))
 _fold_confusable_letters = _char_folder(_CONFUSABLE)
-_CYRILLIC_GREEK = re.compile("[\u0370-\u03ff\u0400-\u052f]")
+_CYRILLIC_GREEK_RANGES = "\u0370-\u03ff\u0400-\u052f"
+_CYRILLIC_GREEK = re.compile(f"[{_CYRILLIC_GREEK_RANGES}]")
 # a word (a run of letters) with a Cyrillic or Greek letter, tried only where a word starts: from
 # every letter of a long run it was quadratic (20,000 Han characters and "，μ": 3.9 s)
-_CONFUSABLE_WORD = re.compile("(?<![^\\W\\d_])[^\\W\\d_]*[\u0370-\u03ff\u0400-\u052f][^\\W\\d_]*")
+_CONFUSABLE_WORD = re.compile(f"(?<![^\\W\\d_])[^\\W\\d_]*[{_CYRILLIC_GREEK_RANGES}][^\\W\\d_]*")
 _LATIN_LETTER = re.compile("[A-Za-z]")
 _LATIN_OR_HAN = re.compile(f"[A-Za-z{_CJK}]")
 
