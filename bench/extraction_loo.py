@@ -45,6 +45,7 @@ def truth() -> dict[str, int]:
 def extractions(name: str) -> tuple[list, list, list]:
     """(precise, recalled, walked) of one page."""
     root = html.parse((SHARED / "html_dev" / f"{name}.html").read_text(encoding="utf-8", errors="replace"), 200)
+    html.drop_teasers(root)  # as extract_blocks does
     return (html.main_content(copy.deepcopy(root), recall=False), html.main_content(copy.deepcopy(root), recall=True),
             html.prose_blocks(root))
 

@@ -52,6 +52,7 @@ def pages(folder: Path) -> list[dict]:
             continue
         raw = path.read_text(encoding="utf-8", errors="replace")
         root = html.parse(raw, 200)
+        html.drop_teasers(root)  # as extract_blocks does
         han = sum(1 for c in rec["content"] if "\u4e00" <= c <= "\u9fff")
         out.append({"site": urlparse(rec["url"]).netloc, "want": want, "raw": raw,
                     "lang": "Chinese" if han > 0.2 * len(rec["content"]) else "other",

@@ -56,9 +56,46 @@ def extract_blocks(html: str, *, max_depth: int = 200) -> list[tuple[int, str]]:
     recall (a body it cut away: a comment disclaimer or a title left alone); the page walk only
     when both found almost none."""
     root = parse(html, max_depth)
+    drop_teasers(root)
     best = choose(main_content(copy.deepcopy(root), recall=False),
                   lambda: main_content(copy.deepcopy(root), recall=True), lambda: prose_blocks(root))
     return weigh(root, best)
+
+
+# class or id words of a page's modules of other articles: "recommended", "related", "more
+# stories", 推荐 (tuijian), 相关 (xiangguan), 猜你喜欢 (caini), "you may like"
+_TEASER = re.compile(r"recommend|related|relate[-_]|more-?stories|tuijian|xiangguan|caini|guess-?you|you-?like", re.I)
+_NEVER_TEASER = {"html", "body", "main", "article"}
+
+
+def drop_teasers(root) -> None:
+    """Remove the page's modules of other articles (a "related" list, a "more stories" stream,
+    the next article of an endless page), named so by their class or id: their summaries read as
+    prose, so extraction kept them beside a short article, and two articles of one portal then
+    shared them. A module holding the page's own headline (``_headline``) stays."""
+    headline = _headline(root)
+    found: list = []
+    for el in root.iter():
+        if (not isinstance(el.tag, str) or el.tag in _NEVER_TEASER
+                or not _TEASER.search(f"{el.get('class') or ''} {el.get('id') or ''}")):
+            continue
+        if headline is not None and (el is headline or headline in el.iterdescendants()):
+            continue
+        if not any(a in found for a in el.iterancestors()):
+            found.append(el)
+    for el in found:
+        el.drop_tree()
+
+
+def _headline(root):
+    """The page's headline: its longest h1 whose text is in the page's <title> (a site's name in
+    an h1 is shorter), else its only h1."""
+    h1 = root.findall(".//h1")
+    title = root.findtext(".//title") or ""
+    named = [(len(text), i, h) for i, h in enumerate(h1) if (text := h.text_content().strip()) and text in title]
+    if named:
+        return max(named, key=lambda t: (t[0], -t[1]))[2]
+    return h1[0] if len(h1) == 1 else None
 
 
 # Han characters of prose below which the precise extraction may have lost the body (html_dev's

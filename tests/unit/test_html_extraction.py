@@ -186,3 +186,31 @@ def test_an_article_whose_copy_carries_the_templates_related_list_is_found():
         assert engine.verdict("copy").duplicate_of == "xinhuanet_1"
         assert engine.verdict("copy").detector == "minhash"
         assert engine.verdict("xinhuanet_1").verdict == "unique"
+
+
+def test_a_portals_hot_recommend_module_is_not_article_text():
+    """tests_sina_2: the "热门推荐" module under the article holds other stories' headlines, dates
+    and view counts (class ``hot-recommend-cont``); they are not the article's."""
+    raw = shared_data("news/html/tests_sina_2.html").read_text(encoding="utf-8", errors="replace")
+    text = "".join(t for _, t in extract_blocks(raw))
+    assert "中国铁路总公司通过官方微博发布辟谣消息" in text
+    assert "网友纷纷祝袁隆平长命超百岁" not in text and "APP专享" not in text
+
+
+def test_the_next_article_of_an_endless_page_is_left_out():
+    """360kuai_1 as the live portal serves it: the next article loads into the page's recommend
+    module (``detail-content__content--recommend``), paragraphs and all, under a short article.
+    Here another html_dev article's paragraphs are put there: the extraction stays the page's own."""
+    from lxml import etree
+    import lxml.html
+
+    own = page("360kuai_1")
+    other = [t for _, t in extract_blocks(page("ifeng_3")) if len(t) >= 20]
+    root = lxml.html.document_fromstring(own)
+    slot = root.xpath('//*[contains(@class, "detail-content__content--recommend")]')[0]
+    for t in other:
+        etree.SubElement(slot, "p").text = t
+    served = lxml.html.tostring(root, encoding="unicode")
+    got = "".join(t for _, t in extract_blocks(served))
+    assert not any(t in got for t in other)
+    assert got == "".join(t for _, t in extract_blocks(own))
