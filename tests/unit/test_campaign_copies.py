@@ -390,6 +390,17 @@ def test_a_spam_with_more_headlines_around_it_than_its_own_text_is_a_copy(ngram,
     assert found >= 0.95 * len(spam)
 
 
+def test_a_spam_cut_short_with_a_headline_after_it_is_a_copy(ngram, prep, spam, headlines):
+    """A gateway's split and then hash-busting: the message's first four fifths, then a headline
+    (cut to three quarters as long). Under ``containment`` of it is in the copy, in order or as
+    character pairs; it is the copy's beginning, in one place."""
+    found, filler = 0, "。".join(headlines[:20])
+    for i, t in enumerate(spam):
+        kept = t[:len(t) * 4 // 5]
+        found += judged_as_copy(ngram, prep, t, kept + "。" + filler[7 * i:][:len(kept) * 3 // 4])
+    assert found >= 0.9 * len(spam), found
+
+
 def test_different_spam_with_the_same_headlines_around_them_stay_apart(ngram, prep, spam, headlines):
     """The headlines are common to both; neither message is in the other. A known limit: a message
     with fewer than ``min_contained`` characters of its own (an account number and a name) is

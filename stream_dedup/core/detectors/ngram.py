@@ -554,14 +554,16 @@ class NgramDetector(Detector):
         """A text with more added than it has (hash-busting: other messages' or random sentences
         put before or after a spam): the shorter whole in one place of the longer, its best window
         ``containment`` alike or more (rapidfuzz's ``partial_ratio``). Characters in order spread
-        over a long text say little; a block in one place is the text."""
+        over a long text say little; a block in one place is the text. The windows at the longer's
+        ends are shorter: there most of the shorter's beginning or end is enough (a copy cut short)."""
         score = fuzz.partial_ratio(short, long, score_cutoff=100 * self.containment)
         return Match(round(score / 100, 4)) if score else None
 
     def _contained(self, ska: str, skb: str) -> Match | None:
         """A copy with additions (a sender tag, an opt-out or contact tail, inserted or changed
         characters): most of the shorter skeleton's characters in the longer in order (their longest
-        common subsequence), or, for clauses moved around, most of its character pairs found in the longer.
+        common subsequence), or, for clauses moved around, most of its character pairs found in the
+        longer, or, cut short, most of it in one place of the longer (``_in_one_place``).
         Only for a shorter text of ``min_contained`` characters or more, so that a short phrase
         ("好的", a greeting) is never a copy of every text that contains it; under
         ``contained_ratio`` of the longer's length only in one place of it (``_in_one_place``).
@@ -584,4 +586,8 @@ class NgramDetector(Detector):
         found = sum(1 for g in grams if g in long)
         if found >= self.containment * len(grams):
             return Match(round(found / len(grams), 4))
+        # cut short and more text put after it (a gateway's split, then hash-busting); of lengths
+        # within ``edit_threshold`` the two are versions of one text, which the tests above judge
+        if n < self.edit_threshold * len(long):
+            return self._in_one_place(short, long)
         return None
