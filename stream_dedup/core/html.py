@@ -74,15 +74,15 @@ def drop_teasers(root) -> None:
     prose, so extraction kept them beside a short article, and two articles of one portal then
     shared them. A module holding the page's own headline (``_headline``) stays."""
     headline = _headline(root)
-    found: list = []
-    for el in root.iter():
-        if (not isinstance(el.tag, str) or el.tag in _NEVER_TEASER
-                or not _TEASER.search(f"{el.get('class') or ''} {el.get('id') or ''}")):
-            continue
-        if headline is not None and (el is headline or headline in el.iterdescendants()):
-            continue
-        if not any(a in found for a in el.iterancestors()):
-            found.append(el)
+    keep = {headline, *headline.iterancestors()} if headline is not None else set()
+    found, stack = [], [root]
+    while stack:  # outermost modules only: a dropped one's inside is not looked at
+        for el in stack.pop():
+            if (isinstance(el.tag, str) and el.tag not in _NEVER_TEASER and el not in keep
+                    and _TEASER.search(f"{el.get('class') or ''} {el.get('id') or ''}")):
+                found.append(el)
+            else:
+                stack.append(el)
     for el in found:
         el.drop_tree()
 

@@ -214,3 +214,16 @@ def test_the_next_article_of_an_endless_page_is_left_out():
     got = "".join(t for _, t in extract_blocks(served))
     assert not any(t in got for t in other)
     assert got == "".join(t for _, t in extract_blocks(own))
+
+
+def test_many_modules_of_other_articles_are_dropped_in_linear_time():
+    """A page of 50,000 "related" modules side by side (a hostile or broken page): each is looked
+    at once, not searched for among the modules found so far (quadratic)."""
+    import time
+
+    own = "<p>" + "这是文章自己的正文，一句一句写下来。" * 4 + "</p>"
+    modules = "".join(f'<div class="related-{i}"><p>另一篇文章的摘要{i}。</p></div>' for i in range(50_000))
+    start = time.perf_counter()
+    blocks = extract_blocks(f"<html><head><title>t</title></head><body>{own}{modules}</body></html>")
+    assert time.perf_counter() - start < 5
+    assert [t for _, t in blocks] == ["这是文章自己的正文，一句一句写下来。" * 4]
