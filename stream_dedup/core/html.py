@@ -72,7 +72,8 @@ def drop_teasers(root) -> None:
     """Remove the page's modules of other articles (a "related" list, a "more stories" stream,
     the next article of an endless page), named so by their class or id: their summaries read as
     prose, so extraction kept them beside a short article, and two articles of one portal then
-    shared them. A module holding the page's own headline (``_headline``) stays."""
+    shared them. A module holding the page's own headline (``_headline``) stays; on a page without
+    one, so does a module holding most of the page's text (an article in a misnamed block)."""
     headline = _headline(root)
     keep = {headline, *headline.iterancestors()} if headline is not None else set()
     found, stack = [], [root]
@@ -83,8 +84,16 @@ def drop_teasers(root) -> None:
                 found.append(el)
             else:
                 stack.append(el)
+    if headline is None and found:
+        half = _chars(root) / 2
+        found = [el for el in found if _chars(el) <= half]
     for el in found:
         el.drop_tree()
+
+
+def _chars(el) -> int:
+    """Characters of an element's text, spaces left out."""
+    return sum(len(t) - t.count(" ") - t.count("\n") for t in el.itertext())
 
 
 def _headline(root):

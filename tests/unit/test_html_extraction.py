@@ -227,3 +227,18 @@ def test_many_modules_of_other_articles_are_dropped_in_linear_time():
     blocks = extract_blocks(f"<html><head><title>t</title></head><body>{own}{modules}</body></html>")
     assert time.perf_counter() - start < 5
     assert [t for _, t in blocks] == ["这是文章自己的正文，一句一句写下来。" * 4]
+
+
+def test_an_article_in_a_block_named_related_is_kept_on_a_page_without_a_headline():
+    """people_2 has no h1 to anchor its article; with its whole body put in a block named
+    "relatedContent" that block holds most of the page's text: an article misnamed, not a module
+    of other articles, so it stays."""
+    import lxml.html
+
+    root = lxml.html.document_fromstring(page("people_2"))
+    body = root.find("body")
+    wrapper = lxml.html.Element("div", {"class": "relatedContent"})
+    wrapper.extend(list(body))
+    body.append(wrapper)
+    renamed = lxml.html.tostring(root, encoding="unicode")
+    assert han(extract_blocks(renamed)) >= 0.9 * han(extract_blocks(page("people_2"))) > 0
