@@ -134,7 +134,7 @@ class MinhashSettings(_Section):
     num_perm: Annotated[int, Meta(ge=8, description="MinHash permutations (signature length)")] = 128
     bands: Annotated[int, Meta(ge=1, description="LSH bands (bucket keys per document); num_perm / bands rows each")] = 32
     shingle: Annotated[int, Meta(ge=1, description="character shingle length")] = 5
-    threshold: Annotated[float, Meta(gt=0, le=1, description="estimated Jaccard of character shingles")] = 0.7
+    threshold: Annotated[float, Meta(gt=0, le=1, description="estimated Jaccard of character shingles (bench/article_edits.py)")] = 0.5
     containment: Annotated[float, Meta(ge=0, le=1, description="or the shorter text's estimated share of shingles in the "
                                        "longer (a copy with additions); 0 turns it off")] = 0.9
     contained_ratio: Annotated[float, Meta(gt=0, le=1, description="containment only when the shorter text has this "
