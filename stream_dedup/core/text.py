@@ -196,7 +196,10 @@ LONG_NUMBER = re.compile(f"[0-9]{{{LONG_DIGITS},}}")
 # Spans that vary from one copy of a campaign to the next, masked before the skeleton is cut:
 # links (with a scheme, www., or a bare host under a common top-level domain, as short links are)
 # sender tags in brackets (normalize folds 【】 to []) of up to 12 characters, opt-out instructions,
-# and a WeChat or QQ contact with its id (as a phone number is one).
+# a WeChat or QQ contact with its id (as a phone number is one), and a feed post's repost marks
+# ("//@name:") and reply mark ("@name:" first), whose names run to the colon (normalize drops the
+# space that ends another mention, so its name has no end), and topic tags ("#topic#"), which
+# reposts and campaigns vary.
 _VARYING = re.compile(
     r"(?:https?://|www\.)[!-~]+"
     r"|(?<![a-z0-9])[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:cn|com|net|org|cc|me|ly|io|top|xyz|vip|co|info|la|gd|im)"
@@ -205,7 +208,9 @@ _VARYING = re.compile(
     # the opt-out instruction that commercial SMS must carry, as a sender tag is: 回T退订, 退订回N,
     # 拒收请回复R, 回复TD退订, 不再接收请回T ...
     r"|(?:退订|拒收|不再接收)请?(?:回复?|发送?)\s*[a-z0-9]{1,6}|(?:回复?|发送?)\s*[a-z0-9]{1,6}\s*(?:退订|拒收)"
-    r"|(?:添?加|\+)?(?<![a-z])(?:微信|v信|vx|qq|扣扣)号?:?\s*[a-z0-9_-]{5,20}(?![a-z0-9_-])")
+    r"|(?:添?加|\+)?(?<![a-z])(?:微信|v信|vx|qq|扣扣)号?:?\s*[a-z0-9_-]{5,20}(?![a-z0-9_-])"
+    r"|//@[^@:/\n]{1,30}:|^@[^@:/\s]{1,30}:"
+    r"|#(?=[^#\s]*[^#\s0-9])[^#\s]{1,20}#")
 _DOT_LETTER = re.compile(r"\.[a-z]")
 # look-alike characters that spam uses to dodge keyword filters, folded to one letter or digit
 _CJK_NUMERALS = {"〇": "0", "零": "0", "壹": "1", "贰": "2", "叁": "3", "肆": "4", "伍": "5", "陆": "6", "柒": "7",
@@ -328,7 +333,7 @@ def _may_vary(s: str) -> bool:
     a letter (a host), or a contact's name. Most texts have none, and the pattern costs several
     times these tests (``normalize`` makes every 。 a dot, so a dot alone says little)."""
     return ("[" in s or "退订" in s or "拒收" in s or "接收" in s or "://" in s or "www." in s
-            or "微信" in s or "v信" in s or "vx" in s or "qq" in s or "扣扣" in s
+            or "微信" in s or "v信" in s or "vx" in s or "qq" in s or "扣扣" in s or "@" in s or "#" in s
             or ("." in s and _DOT_LETTER.search(s) is not None))
 
 

@@ -417,3 +417,25 @@ def test_an_english_message_with_other_sentences_after_it_is_a_copy(ngram, prep)
     tail = " I'm leaving for Japan at 11 this morning. And I take the dog for a walk every Wednesday and Friday."
     assert judged_as_copy(ngram, prep, ENGLISH, ENGLISH + tail)
     assert judged_as_copy(ngram, prep, ENGLISH, tail + " " + ENGLISH)
+
+
+def test_a_feed_post_reposted_with_mentions_and_topic_tags_is_a_copy(ngram, prep, headlines):
+    """A repost on a feed: a chain of "//@name:" marks with the reposters' few words, or trending
+    topic tags ("#热点#") around the post. The marks' names and the tags are masked as a sender tag
+    is; what the reposters wrote stays an addition."""
+    names = ["小明", "张三丰", "weibo_user88", "吃瓜群众"]
+    posts = [h for h in headlines if len(h) >= 16][:60]
+    chains = [f"{['转发', '说得对', ''][i % 3]}//@{names[i % 4]}:{['', '赞'][i % 2]}//@{names[(i + 1) % 4]}: {p}"
+              for i, p in enumerate(posts)]
+    tagged = [f"#{['热点', '今日头条', '新闻速递'][i % 3]}#{p}#{['财经', '社会'][i % 2]}#" for i, p in enumerate(posts)]
+    for copies in (chains, tagged):
+        found = sum(judged_as_copy(ngram, prep, p, c) for p, c in zip(posts, copies))
+        assert found >= 0.95 * len(posts), found
+
+
+def test_a_reply_mark_or_a_repost_mark_takes_only_the_name():
+    """The reply mark is a name without spaces at the start; an English text that begins with a
+    leet "@" keeps its words."""
+    assert skeleton(normalize("@张三丰: 收到，明天见")) == "收到明天见"
+    assert skeleton(normalize("好文//@李四: 转发")) == "好文转发"
+    assert "items" in skeleton(normalize("@ll items on sale: 50% off"))
