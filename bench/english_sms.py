@@ -11,7 +11,7 @@ at most 15% of their 8-grams with an earlier one: 400 of 8 to 40 words are origi
 per edit class each (``EDITS``: a sender tag, an opt-out or contact tail, a filler inside words,
 full-width, upper case, a letter changed in one or two words, the end cut, numbers changed, two
 sentences swapped, Cyrillic look-alike letters, digits and marks for letters, two other utterances
-after it), and 4,000 others are negatives, most of them short everyday messages ("What do you
+after it, SMS spellings of its words), and 4,000 others are negatives, most of them short everyday messages ("What do you
 do?", "$ 300.") that must not merge.
 
 First table, leave-one-edit-class-out: for each class, the letter-gram Jaccard and the short-text
@@ -72,6 +72,10 @@ def _reorder(t: str, rng: random.Random) -> str:
 _CYRILLIC = dict(zip("aeopcxyiABEKMHOPCTX", "аеорсхуіАВЕКМНОРСТХ"))
 _LEET = dict(zip("oeaistOEAIST", "03@1$703@1$7"))
 _FILLER: list[str] = []  # utterances of neither the originals nor the negatives (``build``)
+_SPOKEN = {"you": "u", "your": "ur", "are": "r", "please": "pls", "thanks": "thx", "tomorrow": "tmr", "great": "gr8",
+           "before": "b4", "what": "wat", "because": "coz", "love": "luv", "people": "ppl", "message": "msg",
+           "okay": "k", "and": "n", "tonight": "2nite", "today": "2day", "later": "l8r", "with": "wif",
+           "the": "da", "see": "c", "be": "b", "to": "2", "for": "4"}
 
 EDITS: dict[str, Callable[[str, random.Random], str]] = {
     "brand": lambda t, rng: rng.choice(["[FreeMsg] ", "FreeMsg: ", "<Vodafone> "]) + t,
@@ -93,6 +97,9 @@ EDITS: dict[str, Callable[[str, random.Random], str]] = {
     "leet": lambda t, rng: "".join(_LEET.get(c, c) if rng.random() < 0.4 else c for c in t),
     # hash-busting: two utterances that are not in the stream put after the text
     "bust": lambda t, rng: t + " " + " ".join(rng.sample(_FILLER, 2)),
+    # SMS spellings: most of the words that have one written that way ("u", "gr8", "2", "4")
+    "speak": lambda t, rng: re.sub(r"[A-Za-z]+", lambda m: _SPOKEN.get(m.group().lower(), m.group())
+                                   if rng.random() < 0.8 else m.group(), t),
 }
 
 

@@ -297,13 +297,48 @@ def _latin(s: str) -> bool:
 
 
 def _latin_skeleton(s: str) -> str:
-    """An alphabetic text's skeleton: its letters, digits and CJK characters, look-alikes folded
-    only in an ASCII token that holds both letters and digits (``_fold_mixed``), l as i."""
+    """An alphabetic text's skeleton: its letters, digits and CJK characters, SMS spellings as the
+    words they stand for (``_SPEAK``), look-alikes folded only in an ASCII token that holds both
+    letters and digits (``_fold_mixed``), l as i."""
     if "@" in s or "$" in s:
         s = _LEET_MARK.sub(lambda m: m.group().translate(_LEET_MARKS), s)
-    sk = "".join(_fold_mixed(t) if t.isascii() and not t.isalpha() and not t.isdigit() else t
-                 for t in _TOKEN.findall(s))
+    sk = "".join(_spoken(m, s) or (_fold_mixed(t) if t.isascii() and not t.isalpha() and not t.isdigit() else t)
+                 for m in _TOKEN.finditer(s) for t in (m.group(),))
     return sk.replace("l", "i")  # as in a word with digits for letters, where 1 is either
+
+
+_WORD_MARKS = ("", " ", ",", "!", "?", ";", ":")
+_SPELT = re.compile(r"(?:^|[ ,!?;:])([b-hj-z])(?=$|[ ,!?;:.])")  # a letter alone, not the word a or i
+
+
+def _spoken(m: re.Match, s: str) -> str | None:
+    """The word an SMS spelling stands for (``_SPEAK``). A letter alone only as a word of its own,
+    between spaces or sentence marks, and not beside another letter alone that is no such word: between
+    fillers ("sh.o.u.ld") it is a piece of a word, among others a name spelt out ("S C H L I E")."""
+    word = _SPEAK.get(m.group())
+    if word is None or len(m.group()) > 1:
+        return word
+    start, end = m.span()
+    before, after = s[start - 1:start], s[end:end + 2]
+    if before not in _WORD_MARKS or (after[:1] not in _WORD_MARKS and after not in (".", ". ")):
+        return None
+    near = s[max(0, start - 3):end + 3]
+    if any(x not in _SPEAK for x in _SPELT.findall(near) if x != m.group()):
+        return None
+    return word
+
+
+# SMS spellings of English words ("u r gr8", "c u 2nite"): a copy that writes the word out, or
+# the other way round, is the same message. Digits alone ("2", "4") stay numbers: a time or a
+# count says more than a "to" or a "for".
+_SPEAK = {"u": "you", "ur": "your", "r": "are", "n": "and", "c": "see", "b": "be", "k": "ok", "kk": "ok",
+          "okay": "ok", "pls": "please", "plz": "please", "thx": "thanks", "thanx": "thanks", "tks": "thanks",
+          "tmr": "tomorrow", "tmrw": "tomorrow", "2moro": "tomorrow", "2morrow": "tomorrow", "2day": "today",
+          "2nite": "tonight", "tonite": "tonight", "nite": "night", "gr8": "great", "b4": "before",
+          "l8r": "later", "l8": "late", "wat": "what", "wot": "what", "coz": "because", "cuz": "because",
+          "bcoz": "because", "bcos": "because", "luv": "love", "ppl": "people", "msg": "message",
+          "txt": "text", "abt": "about", "wif": "with", "wid": "with", "da": "the", "dat": "that",
+          "gd": "good", "hv": "have", "ya": "you", "yr": "your", "sry": "sorry", "jus": "just"}
 
 
 # digits that spam writes for letters ("fr33", "c4ll", "wh0", "v1p"), and the marks it writes in a

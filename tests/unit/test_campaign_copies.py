@@ -261,7 +261,12 @@ ENGLISH_COPIES = [
     # letters ("d0ubl3", "r@@m", "It'$"): how spam dodges keyword filters
     ENGLISH.translate(str.maketrans({"e": "е", "o": "о", "a": "а", "I": "І", "C": "С", "d": "ԁ", "u": "υ"})),
     "Y3s, I h@v3 b00k3d a r@@m f0r 24th. It'$ a d0ubl3 r00m. C0uld y0u k33p 1t f0r 3 days?",
+    # SMS spellings of its words
+    "Yes, I hv booked a room 4 24th. It's a double room. Could u keep it 4 3 days? Thx",
+    "yes i have booked a room for 24th, its a double room, cud u keep it for 3 days pls",
 ]
+SPOKEN = [("c u 2nite at the station, ok?", "See you tonight at the station, okay?"),
+          ("thx, ur gr8! pls call me tmr", "Thanks, your great! Please call me tomorrow")]
 
 
 @pytest.mark.parametrize("a, b", ENGLISH_APART)
@@ -439,3 +444,12 @@ def test_a_reply_mark_or_a_repost_mark_takes_only_the_name():
     assert skeleton(normalize("@张三丰: 收到，明天见")) == "收到明天见"
     assert skeleton(normalize("好文//@李四: 转发")) == "好文转发"
     assert "items" in skeleton(normalize("@ll items on sale: 50% off"))
+
+
+@pytest.mark.parametrize("a, b", SPOKEN)
+def test_an_english_message_in_sms_spelling_is_the_same_message(a, b):
+    """"u", "gr8", "2nite" are the words they stand for; a letter alone between fillers
+    ("sh.o.u.ld") or among the letters of a name spelt out ("S C H L I E") stays a letter."""
+    assert skeleton(normalize(a)) == skeleton(normalize(b))
+    assert skeleton(normalize("who sh.o.u.ld I s.end")) == skeleton(normalize("who should I send"))
+    assert "schiie" in skeleton(normalize("Steve. S C H L I E S S M A N."))
