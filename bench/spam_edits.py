@@ -19,6 +19,7 @@ original two copies, each made by one edit class drawn at random from ``CLASSES`
     truncate   the last 10-25% cut off (a message split by the gateway)
     numbers    every number changed (prices, dates, codes)
     reorder    two clauses swapped
+    shuffle    every clause in another order (three or more)
     bust       one to three news headlines before or after the text (hash-busting)
     combo2     two of the classes above
     combo3     three of the classes above
@@ -146,8 +147,19 @@ def reorder(t: str, rng: random.Random) -> str:
     return "".join(parts)
 
 
+def shuffle(t: str, rng: random.Random) -> str:
+    parts = _CLAUSE.findall(t)
+    if len(set(parts)) < 3:
+        return reorder(t, rng)
+    while True:
+        order = rng.sample(parts, len(parts))
+        if order != parts:
+            return "".join(order)
+
+
 SINGLE: dict[str, Callable[[str, random.Random], str]] = {
     f.__name__: f for f in (brand, optout, contact, noise, fullwidth, trad, emoji, typo, truncate, numbers, reorder,
+                            shuffle,
                             bust)}
 CLASSES = list(SINGLE) + ["combo2", "combo3"]
 

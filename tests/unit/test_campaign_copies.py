@@ -453,3 +453,13 @@ def test_an_english_message_in_sms_spelling_is_the_same_message(a, b):
     assert skeleton(normalize(a)) == skeleton(normalize(b))
     assert skeleton(normalize("who sh.o.u.ld I s.end")) == skeleton(normalize("who should I send"))
     assert "schiie" in skeleton(normalize("Steve. S C H L I E S S M A N."))
+
+
+def test_a_spam_with_every_clause_moved_is_a_copy(ngram, prep, spam):
+    """Clauses all put in another order (the last first): little of the text stays in order, but
+    its characters and character pairs are all in the copy."""
+    clause = re.compile(r"[^，,。！？!?；;]+[，,。！？!?；;]?")
+    many = [t for t in spam if len(clause.findall(t)) >= 4]
+    found = sum(judged_as_copy(ngram, prep, t, "".join(reversed(clause.findall(t)))) for t in many)
+    assert len(many) >= 15 and found >= 0.9 * len(many), (found, len(many))
+

@@ -58,6 +58,7 @@ A count of 0 (payloads of the previous version, or a text of more than 65,535 wo
 """
 from __future__ import annotations
 
+import math
 import re
 import struct
 from functools import lru_cache
@@ -300,6 +301,19 @@ def _in_pieces(short: str, long: str) -> bool:
     return False
 
 
+@lru_cache(maxsize=1 << 16)
+def _bag(s: str) -> str:
+    """A skeleton's characters sorted: the longest common subsequence of two bags is how many
+    characters the two texts share, in whatever order."""
+    return "".join(sorted(s))
+
+
+def _in_any_order(a: str, b: str, need: float) -> bool:
+    """Whether the two texts share ``need`` characters or more, in any order (the cheap test
+    before character pairs, for a text whose clauses were all moved around)."""
+    return LCSseq.similarity(_bag(a), _bag(b), score_cutoff=math.ceil(need)) > 0
+
+
 def _contained_whole(a: str, b: str) -> bool:
     """The shorter of two short texts is in the longer in one piece, with at most half as much again
     around it, and has ``WHOLE_CONTAINED`` characters or more."""
@@ -483,6 +497,8 @@ class NgramDetector(Detector):
                 m = self._copy(a, b, ska, skb)
                 if m is None and self.containment:
                     m = self._contained(bare_a, bare_b)
+            elif self.containment and _in_any_order(bare_a, bare_b, self.containment * n):
+                m = self._contained(bare_a, bare_b)  # every clause moved: little in order, all there
         if m is None and fa != ska and fb != skb and self.containment and _numbers(fa) & _numbers(fb):
             # one account number: the texts with its digits, as longer ones
             m = self._contained(fa.replace("#", ""), fb.replace("#", ""))
@@ -576,11 +592,12 @@ class NgramDetector(Detector):
         if n < self.contained_ratio * len(long):
             return self._in_one_place(short, long)
         need = self.containment * n
-        # at least a third in order (of three clauses moved around, the longest stays), else no copy
+        # a third in order at least (of three clauses moved around, the longest stays), or else
+        # most of its characters in any order (more clauses moved: ``_in_any_order``)
         lcs = LCSseq.similarity(short, long, score_cutoff=(n + 2) // 3)
         if lcs >= need:
             return Match(round(lcs / n, 4))
-        if not lcs:
+        if not lcs and not _in_any_order(short, long, need):
             return None
         grams = {short[i:i + 2] for i in range(n - 1)}
         found = sum(1 for g in grams if g in long)
@@ -588,6 +605,6 @@ class NgramDetector(Detector):
             return Match(round(found / len(grams), 4))
         # cut short and more text put after it (a gateway's split, then hash-busting); of lengths
         # within ``edit_threshold`` the two are versions of one text, which the tests above judge
-        if n < self.edit_threshold * len(long):
+        if lcs and n < self.edit_threshold * len(long):
             return self._in_one_place(short, long)
         return None
