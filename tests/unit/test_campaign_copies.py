@@ -463,3 +463,29 @@ def test_a_spam_with_every_clause_moved_is_a_copy(ngram, prep, spam):
     found = sum(judged_as_copy(ngram, prep, t, "".join(reversed(clause.findall(t)))) for t in many)
     assert len(many) >= 15 and found >= 0.9 * len(many), (found, len(many))
 
+
+
+SHUFFLED = [  # real spam of the SMS corpus, and its clauses put in a random order (spam_edits.py)
+    ("信用卡提现、垫还业务，全部银行正规机器，积分，费率低！敬请保留，以便急需！打扰之处，请谅解～33521024918",
+     "全部银行正规机器，以便急需！费率低！积分，打扰之处，请谅解～33521024918信用卡提现、垫还业务，敬请保留，"),
+    ("宇东水岸官邸，公园宅，05%法式园林绿化，双核景观，31-850平米阳光户型隆重推出，6411元起，六月现房臻荣面世，1237820",
+     "6411元起，双核景观，05%法式园林绿化，1237820六月现房臻荣面世，31-850平米阳光户型隆重推出，公园宅，宇东水岸官邸，"),
+    ("美女您好！女人花迎双节、庆店庆，特推出大量买赠活动。消费满一百就送礼品，礼物品种多，任您选！另护理套系等您，详情进店咨询，活动期间可累计！",
+     "美女您好！消费满一百就送礼品，女人花迎双节、庆店庆，详情进店咨询，礼物品种多，另护理套系等您，活动期间可累计！任您选！特推出大量买赠活动。"),
+]
+
+
+@pytest.mark.parametrize("a, b", SHUFFLED)
+def test_a_spam_of_many_short_clauses_shuffled_is_a_copy(ngram, prep, a, b):
+    """Clauses of a few characters each put in another order: every seam is a character pair the
+    original does not have, too many for the pair test; the text is still its clauses, each whole
+    in a place of its own in the other."""
+    assert judged_as_copy(ngram, prep, a, b)
+
+def test_a_question_that_repeats_a_phrase_of_another_is_no_copy(ngram, prep):
+    """LCQMC, label 0: "多米音乐播放器" twice and "下载" are in the other question, but the other
+    has the phrase once: a place in the longer text is one clause's."""
+    rows = [json.loads(x) for x in shared_data("pairs/LCQMC_dev.jsonl").open(encoding="utf-8")]
+    a, b = "多米音乐播放器，多米音乐播放器下载", "多米音乐播放器为何不能下载音乐了"
+    assert any({r["text1"], r["text2"]} == {a, b} and r["label"] == 0 for r in rows)
+    assert not judged_as_copy(ngram, prep, b, a)

@@ -314,6 +314,25 @@ def _in_any_order(a: str, b: str, need: float) -> bool:
     return LCSseq.similarity(_bag(a), _bag(b), score_cutoff=math.ceil(need)) > 0
 
 
+def _in_pieces_share(short: str, long: str) -> float:
+    """The share of ``short`` made of pieces of ``PIECE`` characters or more found in ``long``,
+    each in a place of its own, taken greedily from the left (each as long as it is found): clauses
+    moved around, however many. A place is used once: a phrase said twice is not two clauses."""
+    n, i, covered = len(short), 0, 0
+    while i <= n - PIECE:
+        j = i + PIECE
+        if short[i:j] not in long:
+            i += 1
+            continue
+        while j < n and short[i:j + 1] in long:
+            j += 1
+        at = long.find(short[i:j])
+        long = long[:at] + "\0" + long[at + j - i:]
+        covered += j - i
+        i = j
+    return covered / n if n else 0.0
+
+
 def _contained_whole(a: str, b: str) -> bool:
     """The shorter of two short texts is in the longer in one piece, with at most half as much again
     around it, and has ``WHOLE_CONTAINED`` characters or more."""
@@ -603,6 +622,8 @@ class NgramDetector(Detector):
         found = sum(1 for g in grams if g in long)
         if found >= self.containment * len(grams):
             return Match(round(found / len(grams), 4))
+        if found >= 0.5 * len(grams) and (share := _in_pieces_share(short, long)) >= self.containment:
+            return Match(round(share, 4))  # many clauses moved: every seam a pair not in the longer
         # cut short and more text put after it (a gateway's split, then hash-busting); of lengths
         # within ``edit_threshold`` the two are versions of one text, which the tests above judge
         if lcs and n < self.edit_threshold * len(long):
