@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_devset import read  # noqa: E402
 from common import REPO, SHARED, devset, need_shared, save, table  # noqa: E402
-from spam_edits import scores  # noqa: E402
+from spam_edits import scores, write_stream  # noqa: E402
 
 from stream_dedup.cli.evaluate import evaluate  # noqa: E402
 from stream_dedup.config import MinhashSettings  # noqa: E402
@@ -147,15 +147,7 @@ def build(originals: int, seed: int) -> tuple[Path, Path]:
             docs.append({"id": f"{a['id']}-v{v}", "text": text})
             labels.append({"id": f"{a['id']}-v{v}", "cluster": f"c-{a['id']}", "kind": "near", "edit": cls,
                            "applied": applied})
-    order = list(range(len(docs)))
-    rng.shuffle(order)
-    with path.open("w", encoding="utf-8") as f:
-        for pos, i in enumerate(order):
-            f.write(json.dumps({**docs[i], "ts": (pos + 1) * 1000}, ensure_ascii=False) + "\n")
-    with labels_path.open("w", encoding="utf-8") as f:
-        for lab in labels:
-            f.write(json.dumps(lab, ensure_ascii=False) + "\n")
-    return path, labels_path
+    return write_stream(docs, labels, rng, path, labels_path)
 
 
 def run_scan(path: Path, threshold: float) -> list[dict]:

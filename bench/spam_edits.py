@@ -226,6 +226,13 @@ def build(originals: int, ham: int, seed: int, copies: int = 2) -> tuple[Path, P
             docs.append({"id": f"{s['id']}-v{v}", "text": text})
             labels.append({"id": f"{s['id']}-v{v}", "cluster": f"c-{s['id']}", "kind": "near", "edit": cls,
                            "applied": applied})
+    return write_stream(docs, labels, rng, path, labels_path)
+
+
+def write_stream(docs: list[dict], labels: list[dict], rng: random.Random, path: Path,
+                 labels_path: Path) -> tuple[Path, Path]:
+    """The documents in an order ``rng`` shuffles, ts 1000 apart, and their labels: a stream and its
+    labelling as the benchmarks read them."""
     order = list(range(len(docs)))
     rng.shuffle(order)
     with path.open("w", encoding="utf-8") as f:
