@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_devset import read  # noqa: E402
 from common import REPO, SHARED, devset, need_shared, save, table  # noqa: E402
-from spam_edits import scores, write_stream  # noqa: E402
+from spam_edits import leave_one_out, scores, write_stream  # noqa: E402
 
 from stream_dedup.cli.evaluate import evaluate  # noqa: E402
 from stream_dedup.config import MinhashSettings  # noqa: E402
@@ -172,16 +172,7 @@ def main() -> None:
     path, labels_path = build(a.originals, a.seed)
     labels = [json.loads(x) for x in labels_path.open(encoding="utf-8")]
     runs = {t: run_scan(path, t) for t in a.grid}
-    default = MinhashSettings().threshold  # ties go to the nearest to the default
-    rows, out = [], []
-    for held in CLASSES:
-        by_t = {t: scores(v, labels, held) for t, v in runs.items()}
-        fit = max(a.grid, key=lambda t: (by_t[t][1]["precision"] >= 0.99, by_t[t][1]["f1"], -abs(t - default)))
-        s = by_t[fit][0]
-        rows.append([held, sum(1 for lab in labels if lab.get("edit") == held), fit, s["precision"], s["recall"],
-                     s["f1"]])
-        out.append({"held_out": held, "threshold": fit, **s})
-        print(rows[-1], flush=True)
+    rows, out = leave_one_out(runs, labels, CLASSES, MinhashSettings().threshold, "threshold")
     news = devset() / "news.jsonl"
     news_labels = [json.loads(x) for x in (devset() / "news_labels.jsonl").open(encoding="utf-8")]
     whole = []

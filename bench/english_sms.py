@@ -11,8 +11,8 @@ at most 15% of their 8-grams with an earlier one: 400 of 8 to 40 words are origi
 per edit class each (``EDITS``: a sender tag, an opt-out or contact tail, a filler inside words,
 full-width, upper case, a letter changed in one or two words, the end cut, numbers changed, two
 sentences swapped, Cyrillic look-alike letters, digits and marks for letters, two other utterances
-after it, SMS spellings of its words), and 4,000 others are negatives, most of them short everyday messages ("What do you
-do?", "$ 300.") that must not merge.
+after it, SMS spellings of its words), and 4,000 others are negatives, most of them short everyday
+messages ("What do you do?", "$ 300.") that must not merge.
 
 First table, leave-one-edit-class-out: for each class, the letter-gram Jaccard and the short-text
 bound of Latin-script texts (``ngram.LATIN_JACCARD``, ``ngram.LATIN_SHORT``) are picked from a grid
