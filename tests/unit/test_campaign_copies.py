@@ -472,6 +472,10 @@ SHUFFLED = [  # real spam of the SMS corpus, and its clauses put in a random ord
      "6411元起，双核景观，05%法式园林绿化，1237820六月现房臻荣面世，31-850平米阳光户型隆重推出，公园宅，宇东水岸官邸，"),
     ("美女您好！女人花迎双节、庆店庆，特推出大量买赠活动。消费满一百就送礼品，礼物品种多，任您选！另护理套系等您，详情进店咨询，活动期间可累计！",
      "美女您好！消费满一百就送礼品，女人花迎双节、庆店庆，详情进店咨询，礼物品种多，另护理套系等您，活动期间可累计！任您选！特推出大量买赠活动。"),
+    ("玻璃险，座位每座一万，不计免赔，交强险，车船税。 来店续保即有保养礼包相送，"
+     "免费道路救援，二手车置换业务咨询，如有打扰请见谅。",
+     "交强险，二手车置换业务咨询，免费道路救援，车船税。玻璃险， 来店续保即有保养礼包相送，"
+     "如有打扰请见谅。不计免赔，座位每座一万，"),
 ]
 
 
@@ -481,6 +485,18 @@ def test_a_spam_of_many_short_clauses_shuffled_is_a_copy(ngram, prep, a, b):
     original does not have, too many for the pair test; the text is still its clauses, each whole
     in a place of its own in the other."""
     assert judged_as_copy(ngram, prep, a, b)
+
+
+def test_a_short_spam_with_a_number_in_a_moved_piece_is_a_copy(ngram, prep):
+    """A real spam of nine characters without its number, in two pieces put the other way round: the
+    number's place is a character of its piece ("#折优惠"), which without it is too short to count."""
+    assert judged_as_copy(ngram, prep, "云云的清韵诗9.0折优惠", "9.0折优惠云云的清韵诗")
+
+
+def test_a_text_of_seven_characters_and_a_number_is_still_no_copy_of_its_pieces_moved(ngram, prep):
+    """Under ``WHOLE_CONTAINED`` characters without its numbers a text is a copy only of itself,
+    whatever place its number takes ("存立送253新葡京充" is two four-character pieces only with it)."""
+    assert not judged_as_copy(ngram, prep, "新葡京充存立送253", "存立送253新葡京充")
 
 def test_a_question_that_repeats_a_phrase_of_another_is_no_copy(ngram, prep):
     """LCQMC, label 0: "多米音乐播放器" twice and "下载" are in the other question, but the other

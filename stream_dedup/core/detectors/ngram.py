@@ -16,9 +16,10 @@ write and a changelog message.
 Verify. A text under ``min_contained`` skeleton characters is a copy only with the same skeleton
 or contained whole and in one piece in the other, with at most half as much again added around it
 (under 8 characters: the same skeleton only), or with its clauses moved around (two or three
-pieces of 4 characters or more, side by side in another order): one changed or inserted character
-changes what a ten-character question asks ("左眼皮跳" / "右眼皮跳"; LCQMC's non-paraphrase pairs
-are full of them), while a spammer's tag or tail goes around the text. Longer texts, two tests;
+pieces of 4 characters or more, side by side in another order, a number's place counting as a
+character): one changed or inserted character changes what a ten-character question asks ("左眼皮跳"
+/ "右眼皮跳"; LCQMC's non-paraphrase pairs are full of them), while a spammer's tag or tail goes
+around the text. Longer texts, two tests;
 either makes a match:
 * a copy: Jaccard similarity of the jieba word sets of the two skeletons >= threshold, and (unless
   ``edit_threshold`` is 0) normalized Levenshtein similarity of the skeletons >= edit_threshold: a
@@ -28,7 +29,8 @@ either makes a match:
 * a copy with additions (``containment``): what a campaign copy is, most of the original's text,
   in order, with a sender tag, a tail, inserted or changed characters. The share of the shorter
   skeleton (numbers left out) found in the longer as a common subsequence, or as character pairs for
-  clauses moved around.
+  clauses moved around, or as pieces of ``CLAUSE`` characters or more each in a place of its own
+  (many short clauses all moved).
 Long numbers (``LONG_DIGITS`` digits or more: a card or account number) are ``#`` like every
 number in the skeleton, but two texts that carry one are also keyed by it and compared with its
 digits kept, as one longer text: a scam message "农行 6222… 唐子华" is mostly its number, and
@@ -126,6 +128,9 @@ _LATIN = re.compile("(?<=[\u4e00-\u9fff])[a-z]+(?=[\u4e00-\u9fff])")  # letters 
 # first and last LONG_DIGITS digits
 # a short text whose clauses were moved around: in two or three pieces of PIECE characters or more
 PIECE = 4
+# ... and a longer one (``min_contained`` characters or more) whose clauses were all moved, in pieces
+# of CLAUSE characters or more: a spam's clauses are often that short ("玻璃险，车船税，不计免赔")
+CLAUSE = 3
 # a skeleton of at most twice w + m - 1 characters is also keyed by its BOTTOM smallest gram hashes:
 # winnowing shares a key only for a common run of w + m - 1 characters, which such a text cut in two
 # and put back the other way round, or 12 characters with a tail added, does not have; the smallest
@@ -314,13 +319,13 @@ def _in_any_order(a: str, b: str, need: float) -> bool:
     return LCSseq.similarity(_bag(a), _bag(b), score_cutoff=math.ceil(need)) > 0
 
 
-def _in_pieces_share(short: str, long: str) -> float:
-    """The share of ``short`` made of pieces of ``PIECE`` characters or more found in ``long``,
+def _in_pieces_share(short: str, long: str, piece: int = PIECE) -> float:
+    """The share of ``short`` made of pieces of ``piece`` characters or more found in ``long``,
     each in a place of its own, taken greedily from the left (each as long as it is found): clauses
     moved around, however many. A place is used once: a phrase said twice is not two clauses."""
     n, i, covered = len(short), 0, 0
-    while i <= n - PIECE:
-        j = i + PIECE
+    while i <= n - piece:
+        j = i + piece
         if short[i:j] not in long:
             i += 1
             continue
@@ -554,6 +559,7 @@ class NgramDetector(Detector):
         "为什么不打"); a spammer's tag or tail goes around it."""
         if ska == skb:
             return Match(1.0)
+        numbered = (ska, skb)
         if "#" in ska or "#" in skb:  # numbers vary inside a campaign and say little about the text
             ska, skb = ska.replace("#", ""), skb.replace("#", "")
         if _contained_whole(ska, skb):
@@ -564,9 +570,12 @@ class NgramDetector(Detector):
         if (latin_a, latin_b) != (ska, skb) and _contained_whole(latin_a, latin_b):
             return Match(1.0)
         # clauses moved around: every character, in a few pieces of several characters each
-        short, long = (ska, skb) if len(ska) <= len(skb) else (skb, ska)
-        if len(short) >= WHOLE_CONTAINED and 2 * len(long) <= 3 * len(short) and _in_pieces(short, long):
-            return Match(1.0)
+        # (numbers left out, or their places as characters of the pieces: "#折优惠" / "云云的清韵诗")
+        flip = len(ska) > len(skb)
+        short, long = (skb, ska) if flip else (ska, skb)
+        if len(short) >= WHOLE_CONTAINED and 2 * len(long) <= 3 * len(short):
+            if _in_pieces(short, long) or (numbered != (ska, skb) and _in_pieces(*numbered[::-1 if flip else 1])):
+                return Match(1.0)
         return None
 
     def _copy(self, a: bytes, b: bytes, ska: str, skb: str) -> Match | None:
@@ -622,7 +631,7 @@ class NgramDetector(Detector):
         found = sum(1 for g in grams if g in long)
         if found >= self.containment * len(grams):
             return Match(round(found / len(grams), 4))
-        if found >= 0.5 * len(grams) and (share := _in_pieces_share(short, long)) >= self.containment:
+        if found >= 0.5 * len(grams) and (share := _in_pieces_share(short, long, CLAUSE)) >= self.containment:
             return Match(round(share, 4))  # many clauses moved: every seam a pair not in the longer
         # cut short and more text put after it (a gateway's split, then hash-busting); of lengths
         # within ``edit_threshold`` the two are versions of one text, which the tests above judge
