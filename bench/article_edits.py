@@ -16,6 +16,7 @@ one camera) count as false positives wherever a threshold lets them match.
     reorder    its halves swapped, or its sentences shuffled
     wrap       an editor's byline and source lines before and after it
     trad       traditional characters (OpenCC s2t)
+    punct      punctuation left out or written as spaces (a scraper's plain text)
     combo2     two of the classes above
     combo3     three of the classes above
 
@@ -108,7 +109,14 @@ def trad(t: str, rng: random.Random, others: list[str]) -> str:
     return _S2T.convert(t)
 
 
-SINGLE = {f.__name__: f for f in (delete, insert, typo, numbers, truncate, reorder, wrap, trad)}
+_PUNCT = re.compile(r"[，。！？：；、“”‘’（）《》…—,.!?:;\"'()]")
+
+
+def punct(t: str, rng: random.Random, others: list[str]) -> str:
+    return _PUNCT.sub(rng.choice(("", " ")), t)
+
+
+SINGLE = {f.__name__: f for f in (delete, insert, typo, numbers, truncate, reorder, wrap, trad, punct)}
 CLASSES = list(SINGLE) + ["combo2", "combo3"]
 
 

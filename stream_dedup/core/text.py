@@ -231,6 +231,12 @@ def _fold_runs(s: str) -> str:
     return _NUMBER_RUN.sub(lambda m: _fold_lookalike(m.group()), _fold_cjk_numerals(s))
 
 
+def letters(normalized: str) -> str:
+    """The text's letters and digits of any script, nothing between them: what MinHash shingles
+    read, so that punctuation stripped, changed or spaced out does not change them."""
+    return _SKELETON_DROP.sub("", normalized)
+
+
 def skeleton(normalized: str) -> str:
     """Letters, digits and CJK only, look-alikes folded, numbers as ``#``: the short-text view.
 

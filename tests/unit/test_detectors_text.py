@@ -193,26 +193,31 @@ def test_minhash_estimates_jaccard_and_separates_reposts_from_other_articles(pre
 
 
 def test_minhash_finds_an_article_inside_a_repost_with_additions(prep):
-    """A repost that appends other articles' text (a related list, a leaked template) shares under
+    """A repost that appends another article's text (a related list, a leaked template) shares under
     0.7 of its shingles with the article, but holds all of the article's: containment. Two articles
-    that only share such an addition are not copies."""
-    mh = det(prep, "minhash")
-    article = "".join(SAMPLE[f"news-{i}"]["text"] for i in range(2))
-    extra = "".join(SAMPLE[f"news-{i}"]["text"] for i in range(4, 6))[: len(article) * 3 // 5]
-    a, repost = mh.sketch(doc(prep, article)), mh.sketch(doc(prep, article + extra))
-    assert jaccard_estimate(np.frombuffer(a.payload[:512], "<u4"), np.frombuffer(repost.payload[:512], "<u4")) < 0.7
-    assert mh.verify(a.payload, repost.payload) is not None
-    strict = MinhashDetector(threshold=0.7)  # Jaccard alone misses it there: containment finds it
-    m = strict.verify(a.payload, repost.payload)
-    assert m is not None and m.similarity >= 0.9
-    other = "".join(SAMPLE[f"news-{i}"]["text"] for i in range(2, 4))
-    assert mh.verify(mh.sketch(doc(prep, other + extra)).payload, repost.payload) is None
-    # off, or a payload without its size (an older version's): Jaccard alone
-    assert MinhashDetector(containment=0, threshold=0.7).verify(a.payload, repost.payload) is None
-    assert strict.verify(a.payload[:512], repost.payload) is None
+    that only share such an addition are not copies. Thirty real articles: an estimate from 128
+    permutations is one draw (a standard deviation of about 0.045 at these overlaps), and a single
+    pair near a bound passes or fails by its hashes."""
+    mh, strict = det(prep, "minhash"), MinhashDetector(threshold=0.7)
+    jaccard_only = MinhashDetector(containment=0, threshold=0.7)
+    arts = [t for t in _thucnews().values() if len(t) >= 400][:120]
+    found = missed_by_jaccard = apart = 0
+    for i in range(30):
+        article, other = arts[i], arts[90 + i]
+        extra = (arts[30 + i] + arts[60 + i])[: len(article) * 4 // 5]
+        a, repost = mh.sketch(doc(prep, article)), mh.sketch(doc(prep, article + extra))
+        m = strict.verify(a.payload, repost.payload)
+        found += m is not None and m.similarity >= 0.9
+        missed_by_jaccard += jaccard_only.verify(a.payload, repost.payload) is None
+        apart += mh.verify(mh.sketch(doc(prep, other + extra)).payload, repost.payload) is None
+        # a payload without its size (an older version's): Jaccard alone
+        assert (strict.verify(a.payload[:512], repost.payload) is None) == (jaccard_only.verify(a.payload, repost.payload)
+                                                                           is None)
+    assert found >= 25 and missed_by_jaccard >= 25 and apart == 30, (found, missed_by_jaccard, apart)
     # the shorter text under contained_ratio of the longer: never contained
-    long = mh.sketch(doc(prep, article + "".join(SAMPLE[f"news-{i}"]["text"] for i in range(2, 8))))
-    assert mh.verify(a.payload, long.payload) is None
+    article = arts[0]
+    long = mh.sketch(doc(prep, article + "".join(arts[30:34])))
+    assert mh.verify(mh.sketch(doc(prep, article)).payload, long.payload) is None
 
 
 def test_ngram_bottom_keys_are_the_same_alone_and_in_a_batch_beyond_the_plain_path():
@@ -260,12 +265,13 @@ def _thucnews() -> dict[int, str]:
 def test_an_edited_repost_of_a_real_article_is_found():
     """A repost as editors and scrapers make it: a tenth of the sentences left out, as many of
     another article's put in, and one Han character in a hundred changed. Its 5-character
-    shingles share about 0.6 with the article's, under the old 0.7 threshold."""
+    shingles share about 0.6 with the article's: 150 such reposts, of which the old 0.7 threshold
+    found 0.63."""
     import re
 
     from stream_dedup.api import Deduper
 
-    arts = [t for t in _thucnews().values() if len(t) >= 400][:60]
+    arts = [t for t in _thucnews().values() if len(t) >= 400][:170]
     rng = random.Random(3)
 
     def repost(t: str, other: str) -> str:
@@ -278,12 +284,32 @@ def test_an_edited_repost_of_a_real_article_is_found():
 
     found = 0
     with Deduper() as d:
-        for i, t in enumerate(arts[:40]):
+        for i, t in enumerate(arts[:150]):
             d.check({"id": f"a{i}", "text": t, "ts": i})
-        for i, t in enumerate(arts[:40]):
-            d.check({"id": f"r{i}", "text": repost(t, arts[40 + i % 20]), "ts": 100 + i})
+        for i, t in enumerate(arts[:150]):
+            d.check({"id": f"r{i}", "text": repost(t, arts[150 + i % 20]), "ts": 1000 + i})
             found += d.verdict(f"r{i}").duplicate_of == f"a{i}"
-    assert found >= 0.95 * 40, found
+    assert found >= 0.9 * 150, found
+
+
+@pytest.mark.parametrize("mark", ["", " "], ids=["left out", "as spaces"])
+def test_a_real_article_with_its_punctuation_stripped_is_found(mark):
+    """A scraper's plain text: every punctuation mark left out or written as a space. A mark every
+    ten characters or so took half of the shingles when they were cut from the text as it is;
+    from its letters and digits they are the same."""
+    import re
+
+    from stream_dedup.api import Deduper
+
+    arts = [t for t in _thucnews().values() if len(t) >= 300][:40]
+    found = 0
+    with Deduper() as d:
+        for i, t in enumerate(arts):
+            d.check({"id": f"a{i}", "text": t, "ts": i})
+        for i, t in enumerate(arts):
+            d.check({"id": f"p{i}", "text": re.sub(r"[，。！？：；、“”（）《》,.!?:;()]", mark, t), "ts": 100 + i})
+            found += d.verdict(f"p{i}").duplicate_of == f"a{i}"
+    assert found == len(arts), found
 
 
 def test_two_reports_on_one_kind_of_fund_are_not_copies():
