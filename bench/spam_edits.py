@@ -17,6 +17,7 @@ original two copies, each made by one edit class drawn at random from ``CLASSES`
     emoji      two or three emoji in the text
     typo       one or two characters replaced by other common characters
     truncate   the last 10-25% cut off (a message split by the gateway)
+    greeting   the first 10-25% replaced by another greeting or a sender's call (亲，/ 您好！/ 老板好，)
     numbers    every number changed (prices, dates, codes)
     reorder    two clauses swapped
     shuffle    every clause in another order (three or more)
@@ -121,6 +122,13 @@ def truncate(t: str, rng: random.Random) -> str:
     return t[:max(1, round(len(t) * (1 - rng.uniform(0.10, 0.25))))]
 
 
+GREETINGS = ["亲，", "您好！", "老板好，", "尊敬的会员：", "温馨提示：", "亲爱的朋友，"]
+
+
+def greeting(t: str, rng: random.Random) -> str:
+    return rng.choice(GREETINGS) + t[round(len(t) * rng.uniform(0.10, 0.25)):]
+
+
 def numbers(t: str, rng: random.Random) -> str:
     out = _NUM.sub(lambda m: _digits(rng, len(m.group()) if rng.random() < 0.7 else max(1, len(m.group()) + 1)), t)
     return out if out != t else t + f" 编号{_digits(rng, 6)}"
@@ -158,8 +166,8 @@ def shuffle(t: str, rng: random.Random) -> str:
 
 
 SINGLE: dict[str, Callable[[str, random.Random], str]] = {
-    f.__name__: f for f in (brand, optout, contact, noise, fullwidth, trad, emoji, typo, truncate, numbers, reorder,
-                            shuffle, bust)}
+    f.__name__: f for f in (brand, optout, contact, noise, fullwidth, trad, emoji, typo, truncate, greeting, numbers,
+                            reorder, shuffle, bust)}
 CLASSES = list(SINGLE) + ["combo2", "combo3"]
 
 

@@ -493,6 +493,29 @@ def test_a_short_spam_with_a_number_in_a_moved_piece_is_a_copy(ngram, prep):
     assert judged_as_copy(ngram, prep, "云云的清韵诗9.0折优惠", "9.0折优惠云云的清韵诗")
 
 
+def test_a_spam_with_its_greeting_swapped_and_a_tail_added_is_a_copy(ngram, prep, spam):
+    """The opening (a fifth of the text) replaced by another greeting and a contact or opt-out tail
+    added: neither text holds the other, but one block of three quarters of the longer is both."""
+    greetings, tails = ["温馨提示：", "亲，", "老板好，"], [" 详询4008123456", "，回TD退订", " 加微信cnpxx789"]
+    copies = [(t, greetings[i % 3] + t[len(t) // 5:] + tails[i % 3]) for i, t in enumerate(spam)]
+    found = sum(judged_as_copy(ngram, prep, a, b) for a, b in copies)
+    assert found >= 0.95 * len(copies), (found, len(copies))
+    original = "您好，我是兴业银行客户经理胡锐，如您需要贷款等各项金融服务，烦请您联系我，我将竭诚为您服务！"  # corpus id 23719
+    assert judged_as_copy(ngram, prep, original, "温馨提示：" + original[10:] + " 详询4008123456")
+
+
+def test_shares_of_different_files_stay_apart(ngram, prep):
+    """Ham of one template ("我分享了百度云里的文件：" and a file's name in Chinese): the shared block is
+    the template, under three quarters of the longer text wherever both have 16 characters or more.
+    (Names in Latin letters are left out: "…final" / "…insanity" share 14 of 16 characters in order.)"""
+    texts = sorted({t for x in shared_data("sms/sms_spam_zh.jsonl").open(encoding="utf-8")
+                    for t in (json.loads(x)["text"],) if t.startswith("我分享了百度云里的文件")
+                    and not re.search("[A-Za-z]", t)})
+    pairs = [(a, b) for i, a in enumerate(texts) for b in texts[i + 1:]
+             if min(len(ngram.skeleton(prep.document({"id": "x", "text": t, "ts": 1}))) for t in (a, b)) >= 16]
+    assert len(pairs) > 50 and not [p for p in pairs if judged_as_copy(ngram, prep, *p)], len(pairs)
+
+
 def test_a_text_of_seven_characters_and_a_number_is_still_no_copy_of_its_pieces_moved(ngram, prep):
     """Under ``WHOLE_CONTAINED`` characters without its numbers a text is a copy only of itself,
     whatever place its number takes ("存立送253新葡京充" is two four-character pieces only with it)."""
