@@ -16,7 +16,7 @@ sizes) verifies it too when the shorter is ``contained_ratio`` of the longer or 
 
 Shingles are cut from the text's letters and digits alone (``text.letters``): a copy whose
 punctuation a scraper stripped or replaced with spaces shares every shingle with the original,
-where a punctuation mark every ten characters took half of them.
+where each mark took the shingles around it.
 """
 from __future__ import annotations
 

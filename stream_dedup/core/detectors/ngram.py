@@ -134,8 +134,8 @@ PIECE = 4
 # of CLAUSE characters or more: a spam's clauses are often that short ("玻璃险，车船税，不计免赔")
 CLAUSE = 3
 # a text with its opening cut or replaced and a tag or tail of its own (a greeting swapped, a contact
-# added): one block, in one place, of BLOCK of the longer's characters or more. On the development
-# sets no two different texts among the candidates verify turns away share more than 0.64
+# added): one block, in one place, of BLOCK of the longer's characters or more; set above what two
+# different texts of one template share (a test holds a file-sharing notice's texts apart)
 BLOCK = 0.75
 # a skeleton of at most twice w + m - 1 characters is also keyed by its BOTTOM smallest gram hashes:
 # winnowing shares a key only for a common run of w + m - 1 characters, which such a text cut in two
