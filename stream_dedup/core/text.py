@@ -282,7 +282,7 @@ def _unnumbered(normalized: str) -> str:
         normalized = _VARYING.sub(" ", normalized)
     if _latin(normalized):
         return _latin_skeleton(normalized)
-    return _fold_runs(_drop_interleaved(_SKELETON_DROP.sub("", normalized)))
+    return _fold_runs(_drop_interleaved(letters(normalized)))
 
 
 # Alphabetic text (an English, Russian or Korean SMS): its letters as they are, punctuation and
