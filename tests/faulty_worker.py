@@ -7,6 +7,8 @@ Faults come from these variables, each off when unset:
   exact, index or decide) sleeps ``seconds`` per item before each batch (a slow consumer);
 - ``FAULT_FAILURE=stage:n``: the stage raises in its n-th batch, its work done and its output not yet
   sent (decide: delivered, its states not yet stored);
+- ``FAULT_HANG=stage:n``: the stage hangs in its n-th batch where ``FAULT_FAILURE`` raises, until the
+  worker stops (a batch in hand at a stop or a crash);
 - ``FAULT_POISON=stage:id``: the stage raises whenever a batch holds the document id, in every
   process (a bug one document trips, which no restart cures);
 - ``FAULT_SKIP=stage:n``: the n-th message of the stage's stream is dropped unprocessed, unacked and
@@ -98,6 +100,7 @@ class FaultyWorker(Worker):
         self.delay_stage, delay = _fault("FAULT_DELAY")
         self.delay_s, self.delay_for = (delay.split(":") + ["0", "0"])[:2]
         self.fail_stage, self.fail_at = _fault("FAULT_FAILURE")
+        self.hang_stage, self.hang_at = _fault("FAULT_HANG")
         self.poison_stage, self.poison_id = _fault("FAULT_POISON")
         self.batches: Counter[str] = Counter()
         self.stall = os.environ.get("FAULT_STALL", "") not in ("", "0", "false")
@@ -122,6 +125,7 @@ class FaultyWorker(Worker):
             original = getattr(agent, step)
 
             async def failing(*args: Any, _stage: str = stage, _original: Any = original) -> Any:
+                await self.maybe_hang(_stage)
                 self.maybe_fail(_stage)
                 return await _original(*args)
             setattr(agent, step, failing)
@@ -139,6 +143,14 @@ class FaultyWorker(Worker):
             if self.batches[stage] == int(self.fail_at):
                 self.ctx.counts["injected_failures"] += 1
                 raise RuntimeError(f"injected failure in the {stage} stage's batch {self.fail_at}")
+
+    async def maybe_hang(self, stage: str) -> None:
+        if stage == self.hang_stage:
+            self.batches[f"hang {stage}"] += 1
+            if self.batches[f"hang {stage}"] == int(self.hang_at):
+                self.ctx.counts["injected_hangs"] += 1
+                log.warning("injected hang in the %s stage's batch %s", stage, self.hang_at)
+                await asyncio.sleep(3600)
 
     async def delay(self, stage: str, batch: list) -> None:
         """``FAULT_DELAY``: sleep for the batch's items of ``stage`` (index: its exact checks too)."""

@@ -60,12 +60,25 @@ class AgentLoop:
                 token = SOURCE.set((m.topic, m.partition))
                 try:
                     done = await self.one(part, stage, work, discard)
+                except BaseException:  # cancelled mid-batch: the worker stops (see ``left``)
+                    self.left(parts[i:], discard)
+                    raise
                 finally:
                     SOURCE.reset(token)
                 if not done:
                     for rest in parts[i + 1:]:
                         hold(rest)
                     return
+
+    @staticmethod
+    def left(parts: list[list], discard: Callable[[], None]) -> None:
+        """The agent was cancelled in the middle of a batch (a stop, a crash): its staged writes are
+        dropped and the batch is held. Faust's ``take_events`` acks a batch in a ``finally``, and the
+        consumer's last commit comes after the agents stop: a batch left half sent was committed, and
+        the documents whose answers it had not sent yet waited for them for good."""
+        discard()
+        for part in parts:
+            hold(part)
 
     async def one(self, batch: list, stage: str, work: Work, discard: Callable[[], None]) -> bool:
         """``work`` on one batch, replayed or quarantined as the module's docstring says; False when

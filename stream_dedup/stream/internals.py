@@ -65,6 +65,8 @@ PRIVATE: list[tuple[str, str, str]] = [
     ("faust.stores.rocksdb.Store", "offset_key", "undo.OFFSET_KEY: stored with the saved values' removal"),
     ("faust._cython.streams", "sleep", "patched: drain.RareSleep"),
     ("faust.tables.recovery", "asyncio", "patched: recovery's wait for a changelog record (RECOVERY_QUIET_S)"),
+    ("faust.tables.recovery.Recovery", "_build_highwaters", "patched: markers_landed (exactly-once recovery)"),
+    ("faust.tables.recovery.Recovery", "active_offsets", "markers_landed: the persisted offsets"),
 ]
 # Behaviours relied on or worked around, checked at the versions of ``CHECKED``:
 # - rocksdict reopens a database with its saved OPTIONS, so a TTL database's compaction filter is
@@ -203,6 +205,51 @@ def _install_committed_highwaters() -> None:
     AIOKafkaConsumerThread._highwaters = _highwaters  # type: ignore[method-assign]
 
 
+#: how long recovery waits for the changelogs' highwaters to reach the offsets persisted with a commit
+MARKERS_WAIT_S = 20.0
+MARKERS_POLL_S = 0.5
+
+
+def ahead_of_highwater(persisted: MutableMapping[TP, int | None], highwaters: MutableMapping[TP, int]) -> list[TP]:
+    """The partitions whose persisted changelog offset is past their highwater (Faust's recovery
+    stops on them with a ConsistencyError)."""
+    return sorted(tp for tp, offset in persisted.items()
+                  if offset is not None and tp in highwaters and offset > highwaters[tp])
+
+
+def _install_markers_landed() -> None:
+    """Under exactly-once a partition's persisted changelog offset is stored once its transaction
+    has committed, but the broker writes the commit markers that move the last stable offset (the
+    highwater a read_committed restore sees) after it has answered the commit. A rebalance right
+    after a commit then found a persisted offset past the highwater, Faust's recovery crashed with
+    a ConsistencyError, and the restarted worker's start cost the group another rebalance. The
+    highwaters are asked again until they reach the persisted offsets, for up to ``MARKERS_WAIT_S``;
+    past that the offset is truly ahead (the topic lost data) and Faust's check reports it."""
+    from faust.tables.recovery import Recovery
+
+    original = Recovery._build_highwaters
+    if getattr(original, "stream_dedup", False):
+        return
+
+    async def _build_highwaters(self: Any, consumer: Any, tps: Any, destination: Any, title: str) -> None:
+        await original(self, consumer, tps, destination, title)
+        if title != "active" or not self.app.in_transaction:
+            return
+        ahead = ahead_of_highwater(self.active_offsets, destination)
+        if not ahead:
+            return
+        log.info("changelog highwaters behind the committed offsets of %s: waiting for the commit markers",
+                 [f"{tp.topic}[{tp.partition}]" for tp in ahead])
+        deadline = asyncio.get_running_loop().time() + MARKERS_WAIT_S
+        while ahead and not self.should_stop and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(MARKERS_POLL_S)
+            await original(self, consumer, tps, destination, title)
+            ahead = ahead_of_highwater(self.active_offsets, destination)
+
+    _build_highwaters.stream_dedup = True  # type: ignore[attr-defined]
+    Recovery._build_highwaters = _build_highwaters  # type: ignore[method-assign]
+
+
 #: how long Faust's recovery waits for a changelog record before it checks whether it is done
 RECOVERY_QUIET_S = 0.5
 
@@ -244,7 +291,8 @@ def check_versions() -> list[str]:
 
 
 def install() -> None:
-    """Install every patch (idempotent): the fetch settings, committed highwaters, recovery's short
+    """Install every patch (idempotent): the fetch settings, committed highwaters (and the wait for
+    their commit markers), recovery's short
     wait for a changelog record, the delivery guard
     on commits, the fast hand-over of fetched messages, strict commits (no gap taken on internal
     topics), and the bounded RocksDB store."""
@@ -254,6 +302,7 @@ def install() -> None:
         log.warning("stream-dedup's worker was checked against other library versions: %s", problem)
     _install_fetch_settings()
     _install_committed_highwaters()
+    _install_markers_landed()
     _install_recovery_quiet_wait()
     delivery.install()
     drain.install()

@@ -54,6 +54,8 @@ patched = (c.Consumer._new_offset, c.Consumer.wait_first, a.Consumer._commit,
            a.AIOKafkaConsumerThread._create_worker_consumer)
 assert all(getattr(f, "stream_dedup", False) for f in patched), patched
 assert "rocksdb-bounded" in stores.STORES.aliases
+from faust.tables.recovery import Recovery
+assert getattr(Recovery._build_highwaters, "stream_dedup", False)
 print("ok")
 """
 
@@ -82,3 +84,58 @@ def test_recoverys_wait_for_a_changelog_record_is_short_and_the_rest_of_asyncio_
 
     assert asyncio.run(wait()) < 2.0
     assert recovery.asyncio.sleep is asyncio.sleep and recovery.asyncio.TimeoutError is asyncio.TimeoutError
+
+
+def test_a_persisted_offset_past_the_highwater_is_found():
+    from faust.types import TP
+
+    a, b, c = TP("t-changelog", 0), TP("t-changelog", 1), TP("t-changelog", 2)
+    assert internals.ahead_of_highwater({a: 51, b: 52, c: None}, {a: -1, b: 53, c: -1}) == [a]
+    assert internals.ahead_of_highwater({a: 51}, {a: 51}) == []
+
+
+class Broker:
+    """The last stable offsets a broker reports while a commit's markers are being written: behind
+    for the first ``late`` requests."""
+
+    def __init__(self, late: int, end: int):
+        self.late, self.end, self.asked = late, end, 0
+
+    async def highwaters(self, *tps):
+        self.asked += 1
+        return {tp: (0 if self.asked <= self.late else self.end) for tp in tps}
+
+
+@pytest.mark.parametrize("late,raises", [(2, False), (10_000, True)])
+def test_exactly_once_recovery_waits_for_commit_markers_and_still_reports_lost_data(late, raises, monkeypatch):
+    """A rebalance right after a commit: the persisted changelog offset is past the last stable
+    offset until the broker has written the commit markers. Recovery asks again instead of crashing
+    (the crash cost an exactly-once fault run a restart and another rebalance); an offset that stays
+    ahead (the topic lost data) still ends in Faust's ConsistencyError."""
+    import asyncio
+
+    import faust
+    from faust.exceptions import ConsistencyError
+    from faust.types import TP
+
+    internals.install()
+    monkeypatch.setattr(internals, "MARKERS_WAIT_S", 1.5)
+    monkeypatch.setattr(internals, "MARKERS_POLL_S", 0.05)
+    app = faust.App("markers", broker="kafka://127.0.0.1:1", processing_guarantee="exactly_once")
+    app.__dict__["in_transaction"] = True  # a cached property: a worker's app
+    rec = app.tables.recovery
+    tp = TP("markers-t-changelog", 4)
+    rec.active_offsets[tp] = 51  # stored with the commit of the record at offset 51
+    broker = Broker(late, end=52)
+
+    async def build() -> None:
+        await rec._build_highwaters(broker, {tp}, rec.active_highwaters, "active")
+        if rec.active_offsets[tp] > rec.active_highwaters[tp]:  # Faust's check after it
+            raise ConsistencyError(tp)
+
+    if raises:
+        with pytest.raises(ConsistencyError):
+            asyncio.run(build())
+    else:
+        asyncio.run(build())
+        assert rec.active_highwaters[tp] == 51 and broker.asked == late + 1
