@@ -19,8 +19,8 @@ without a dead letter, and per fault two figures: the stall, the longest stretch
 from the fault until the next one (what an operator sees on a dashboard), and the wait, the longest
 time from sending an event to its first verdict, over the events sent from the fault until 10 s
 before the next one (what a user of the verdicts sees); and the longest changelog restore a worker
-logged (Faust's "Restoring state" to "Done reading"). The test suite runs a short version (one broker,
-at-least-once, 3,000 events).
+logged (its bulk restore, and Faust's "Restoring state" to "Done reading"). The test suite runs a
+short version (one broker, at-least-once, 3,000 events).
 """
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ BAD = [b"{not json", b'{"text": "no id"}', b'{"id": "bad-1"}', b'{"id": "bad-2",
 FAULTS = ("SIGKILL w0", "broker", "SIGKILL w1")
 RESTORE = re.compile(r"^\[([\d-]+ [\d:,]+)\] \[\d+\] \[INFO\] \[\^-+Recovery\]: "
                      r"(Restoring state from changelog topics|Done reading from changelog topics)", re.M)
+BULK = re.compile(r"bulk restore: \d+ changelog records of \d+ partitions in ([\d.]+) s")
 NEXT_S = 10.0  # an event sent this close to the next fault may wait for that one: not counted for its own
 
 
@@ -168,11 +169,14 @@ class WorkerProcs:
         stop_processes(procs)
 
     def restores(self) -> list[float]:
-        """Seconds each changelog restore took (Faust's "Restoring state" to "Done reading" lines)."""
+        """Seconds each changelog restore took: the worker's bulk restores (``stream/restore.py``), and
+        Faust's own reading of what they left ("Restoring state" to "Done reading" lines)."""
         out = []
         for f in self.tmp.glob("*.log"):
             began = None
-            for m in RESTORE.finditer(f.read_text(errors="replace")):
+            text = f.read_text(errors="replace")
+            out += [float(m.group(1)) for m in BULK.finditer(text)]
+            for m in RESTORE.finditer(text):
                 t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
                 if m.group(2).startswith("Restoring"):
                     began = t

@@ -197,6 +197,9 @@ class WorkerSettings(_Section):
                                                 "third of session_timeout_s)")] = 1.0
     standby_replicas: Annotated[int, Meta(ge=0, description="warm copies of each table partition on other workers "
                                   "(faster fail-over, more changelog reading); like Kafka Streams, 0 by default")] = 0
+    bulk_restore: Annotated[bool, Meta(description="restore tables from their changelogs in bulk (librdkafka reads, "
+                                       "RocksDB write batches) before Faust's recovery, which reads the rest "
+                                       "record by record")] = True
     stall_timeout_s: Annotated[float, Meta(ge=0, description="exit (code 75) for the supervisor to restart the worker "
                                    "when an assigned partition has lag and no progress this long; 0 disables")] = 120.0
     stall_nudge_s: Annotated[float, Meta(ge=0, description="before that restart: resume and re-seek a partition "

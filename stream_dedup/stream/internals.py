@@ -67,6 +67,9 @@ PRIVATE: list[tuple[str, str, str]] = [
     ("faust.tables.recovery", "asyncio", "patched: recovery's wait for a changelog record (RECOVERY_QUIET_S)"),
     ("faust.tables.recovery.Recovery", "_build_highwaters", "patched: markers_landed (exactly-once recovery)"),
     ("faust.tables.recovery.Recovery", "active_offsets", "markers_landed: the persisted offsets"),
+    ("faust.tables.recovery.Recovery", "_build_offsets", "patched: restore.BulkRestore before the record-by-record read"),
+    ("faust.tables.recovery.Recovery", "tp_to_table", "restore.BulkRestore: the table of a changelog partition"),
+    ("faust.tables.recovery.Recovery", "signal_recovery_start", "restore.overtaken: a new rebalance"),
 ]
 # Behaviours relied on or worked around, checked at the versions of ``CHECKED``:
 # - rocksdict reopens a database with its saved OPTIONS, so a TTL database's compaction filter is
@@ -143,17 +146,20 @@ def table_databases(table: Any) -> list[Any]:
 _fetch_settings: "weakref.WeakKeyDictionary[Any, tuple[int, int]]" = weakref.WeakKeyDictionary()
 _delivery_guards: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 _transaction_senders: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_restores: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
 def attach(app: Any, *, fetch_max_wait_ms: int, fetch_min_bytes: int, delivery_guard: Any,
-           transaction_sender: Any = None) -> None:
-    """Tell the patches what this app wants: its fetch settings, its delivery guard (or None) and,
-    under exactly-once, the sender told of each transaction commit."""
+           transaction_sender: Any = None, restore: Any = None) -> None:
+    """Tell the patches what this app wants: its fetch settings, its delivery guard (or None),
+    under exactly-once the sender told of each transaction commit, and its bulk restore (or None)."""
     _fetch_settings[app] = (fetch_max_wait_ms, fetch_min_bytes)
     if delivery_guard is not None:
         _delivery_guards[app] = delivery_guard
     if transaction_sender is not None:
         _transaction_senders[app] = transaction_sender
+    if restore is not None:
+        _restores[app] = restore
 
 
 def transaction_sender(app: Any) -> Any:
@@ -250,6 +256,25 @@ def _install_markers_landed() -> None:
     Recovery._build_highwaters = _build_highwaters  # type: ignore[method-assign]
 
 
+def _install_bulk_restore() -> None:
+    """Before Faust's recovery reads the active changelog partitions record by record, the app's
+    ``restore.BulkRestore`` reads them in bulk and moves their offsets to where it got (see there)."""
+    from faust.tables.recovery import Recovery
+
+    original = Recovery._build_offsets
+    if getattr(original, "stream_dedup", False):
+        return
+
+    async def _build_offsets(self: Any, consumer: Any, tps: Any, destination: Any, title: str) -> None:
+        await original(self, consumer, tps, destination, title)
+        restore = _restores.get(self.app)
+        if restore is not None and title == "active":
+            await restore.run(self, tps, destination, self.active_highwaters)
+
+    _build_offsets.stream_dedup = True  # type: ignore[attr-defined]
+    Recovery._build_offsets = _build_offsets  # type: ignore[method-assign]
+
+
 #: how long Faust's recovery waits for a changelog record before it checks whether it is done
 RECOVERY_QUIET_S = 0.5
 
@@ -292,7 +317,7 @@ def check_versions() -> list[str]:
 
 def install() -> None:
     """Install every patch (idempotent): the fetch settings, committed highwaters (and the wait for
-    their commit markers), recovery's short
+    their commit markers), the bulk restore, recovery's short
     wait for a changelog record, the delivery guard
     on commits, the fast hand-over of fetched messages, strict commits (no gap taken on internal
     topics), and the bounded RocksDB store."""
@@ -303,6 +328,7 @@ def install() -> None:
     _install_fetch_settings()
     _install_committed_highwaters()
     _install_markers_landed()
+    _install_bulk_restore()
     _install_recovery_quiet_wait()
     delivery.install()
     drain.install()

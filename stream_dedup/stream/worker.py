@@ -46,6 +46,7 @@ from .exact_filters import ExactFilters
 from .output import Output, Topics
 from .pages import add_pages
 from .rebalance import RebalanceGuard
+from .restore import BulkRestore
 from .reports import Reporter
 from .stall_watch import StallWatch
 from .status import REPORT_EVERY_S
@@ -154,7 +155,9 @@ class Worker:
         self.output = Output(ctx, self.topics)
         internals.attach(self.app, fetch_max_wait_ms=settings.worker.fetch_max_wait_ms,
                          fetch_min_bytes=settings.worker.fetch_min_bytes, delivery_guard=self.output.guard,
-                         transaction_sender=self.output.sender if settings.worker.exactly_once else None)
+                         transaction_sender=self.output.sender if settings.worker.exactly_once else None,
+                         restore=BulkRestore(settings, read_committed=settings.worker.exactly_once)
+                         if settings.worker.bulk_restore else None)
         self.tables = tb = Tables(ctx, self.topics, self.output)
         self.preparer = Preparer(settings)
         log.info("segmenter and parsers loaded in %.1f s", self.preparer.warm())

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -342,6 +343,63 @@ def check_changelogs_hold_the_local_state(settings: Settings, state: Path) -> No
             assert not differ, (name, part, differ[:3])
             compared += len(local)
     assert compared > 1000, compared
+
+
+def table_contents(state: Path) -> dict[str, dict[bytes, bytes]]:
+    """Every table database of a worker's state folder: name -> its keys and values (Faust's own
+    bookkeeping keys left out)."""
+    out = {}
+    for path in sorted(state.rglob("*-*.db")):
+        db = open_table_db(path)
+        try:
+            out[path.name] = {k: v for k, v in db.items() if not k.startswith(b"__faust")}
+        finally:
+            db.close()
+    return out
+
+
+def test_a_worker_that_lost_its_state_restores_its_tables_in_bulk(kafka_settings, tmp_path):
+    """A worker whose state folder is gone restores every table partition from its changelog, read
+    in bulk with librdkafka and written in RocksDB write batches (``stream/restore.py``) before
+    Faust's recovery, which then has nothing left to read. The restored tables must hold what the
+    lost ones held, byte for byte, and the events that come after must get ``scan``'s verdicts."""
+    kafka_settings.topics.partitions = 6
+    apply(kafka_settings)
+    shared_data("news/thucnews_1000.jsonl")
+    events = labelled_stream(tmp_path, n_news=80, n_sms=320, clustered=True)
+    first, rest = events[:300], events[300:]
+    workers = Workers(kafka_settings, tmp_path)
+    try:
+        workers.start("w0")
+        produce_events(kafka_settings, first)
+        read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(first),
+                 timeout=300)
+        drained, st = wait_drained(kafka_settings, 120, every_s=2)
+        assert drained, st["text"]
+        assert workers.stop("w0") == 0, workers.logs()
+        lost = tmp_path / "lost-w0"
+        shutil.move(tmp_path / "state-w0", lost)
+        log_file = tmp_path / "w0.log"
+        seen = log_file.stat().st_size
+        workers.start("w0")  # restores, and is stopped once ready: its tables are then the restored ones
+        deadline = time.monotonic() + 180
+        while "Worker ready" not in log_file.read_bytes()[seen:].decode(errors="replace"):
+            assert time.monotonic() < deadline, workers.logs()
+            time.sleep(0.5)
+        assert workers.stop("w0") == 0, workers.logs()
+        log = log_file.read_bytes()[seen:].decode(errors="replace")
+        restored = [int(n) for n in re.findall(r"bulk restore: (\d+) changelog records", log)]
+        assert restored and restored[-1] > 1000, (restored, workers.logs())
+        before, after = table_contents(lost), table_contents(tmp_path / "state-w0")
+        assert sum(map(len, before.values())) > 1000 and before.keys() == after.keys()
+        for name, content in before.items():
+            differ = [k for k in content.keys() | after[name].keys() if content.get(k) != after[name].get(k)]
+            assert not differ, (name, len(content), len(after[name]), differ[:3])
+        workers.start("w0")
+        got, dlq = run_and_collect(kafka_settings, rest, timeout=300, total=len(events))
+    finally:
+        workers.stop_all()
+    check(kafka_settings, events, got, dlq, workers)
 
 
 def test_a_campaign_fills_buckets_past_their_inline_entries_and_the_worker_stores_them_as_scan_does(

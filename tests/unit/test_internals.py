@@ -56,6 +56,7 @@ assert all(getattr(f, "stream_dedup", False) for f in patched), patched
 assert "rocksdb-bounded" in stores.STORES.aliases
 from faust.tables.recovery import Recovery
 assert getattr(Recovery._build_highwaters, "stream_dedup", False)
+assert getattr(Recovery._build_offsets, "stream_dedup", False)
 print("ok")
 """
 
@@ -139,3 +140,14 @@ def test_exactly_once_recovery_waits_for_commit_markers_and_still_reports_lost_d
     else:
         asyncio.run(build())
         assert rec.active_highwaters[tp] == 51 and broker.asked == late + 1
+
+
+def test_the_bulk_restore_reads_each_partition_from_its_offset_to_its_highwater():
+    from faust.types import TP
+
+    from stream_dedup.stream.restore import plan
+
+    a, b, c, d = (TP("t-changelog", i) for i in range(4))
+    offsets = {a: 51, b: None, c: 9, d: -1}
+    highwaters = {a: 80, b: 7, c: 9, d: -1}  # c: up to date; d: an empty changelog
+    assert plan([a, b, c, d], offsets, highwaters) == {a: (51, 80), b: (-1, 7)}
