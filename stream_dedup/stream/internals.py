@@ -70,8 +70,6 @@ PRIVATE: list[tuple[str, str, str]] = [
     ("faust.tables.recovery.Recovery", "_build_offsets", "patched: restore.BulkRestore before the record-by-record read"),
     ("faust.tables.recovery.Recovery", "tp_to_table", "restore.BulkRestore: the table of a changelog partition"),
     ("faust.tables.recovery.Recovery", "signal_recovery_start", "restore.overtaken: a new rebalance"),
-    ("faust.transport.consumer.ThreadDelegateConsumer", "_seek", "patched: the seek made in the consumer's thread"),
-    ("faust.transport.consumer.ThreadDelegateConsumer", "_thread", "the seek patch: the consumer's thread"),
 ]
 # Behaviours relied on or worked around, checked at the versions of ``CHECKED``:
 # - rocksdict reopens a database with its saved OPTIONS, so a TTL database's compaction filter is
@@ -277,29 +275,6 @@ def _install_bulk_restore() -> None:
     Recovery._build_offsets = _build_offsets  # type: ignore[method-assign]
 
 
-def _install_thread_seek() -> None:
-    """Faust's seek calls aiokafka's in the caller's thread (the worker's loop), while aiokafka
-    runs in the consumer's own thread: a seek there removed a partition's fetched records in the
-    middle of ``Fetcher.fetched_records`` (KeyError), the fetcher crashed and the worker restarted
-    (a commit-hole re-read after a broker failover, ``bench/faults.py``). The seek is made in the
-    consumer's thread, as Faust's other consumer calls are."""
-    from faust.transport.consumer import ThreadDelegateConsumer
-
-    original = ThreadDelegateConsumer._seek
-    if getattr(original, "stream_dedup", False):
-        return
-
-    async def _seek(self: Any, partition: TP, offset: int) -> None:
-        thread = self._thread
-        if asyncio.get_running_loop() is getattr(thread, "thread_loop", None):  # already there
-            thread.seek(partition, offset)
-        else:
-            await thread.call_thread(thread.seek, partition, offset)
-
-    _seek.stream_dedup = True  # type: ignore[attr-defined]
-    ThreadDelegateConsumer._seek = _seek  # type: ignore[method-assign]
-
-
 #: how long Faust's recovery waits for a changelog record before it checks whether it is done
 RECOVERY_QUIET_S = 0.5
 
@@ -342,7 +317,7 @@ def check_versions() -> list[str]:
 
 def install() -> None:
     """Install every patch (idempotent): the fetch settings, committed highwaters (and the wait for
-    their commit markers), the bulk restore, seeks in the consumer's thread, recovery's short
+    their commit markers), the bulk restore, recovery's short
     wait for a changelog record, the delivery guard
     on commits, the fast hand-over of fetched messages, strict commits (no gap taken on internal
     topics), and the bounded RocksDB store."""
@@ -354,7 +329,6 @@ def install() -> None:
     _install_committed_highwaters()
     _install_markers_landed()
     _install_bulk_restore()
-    _install_thread_seek()
     _install_recovery_quiet_wait()
     delivery.install()
     drain.install()

@@ -57,7 +57,6 @@ assert "rocksdb-bounded" in stores.STORES.aliases
 from faust.tables.recovery import Recovery
 assert getattr(Recovery._build_highwaters, "stream_dedup", False)
 assert getattr(Recovery._build_offsets, "stream_dedup", False)
-assert getattr(c.ThreadDelegateConsumer._seek, "stream_dedup", False)
 print("ok")
 """
 
