@@ -483,6 +483,34 @@ def test_a_message_the_stream_skipped_unseen_holds_the_commit_back_and_is_read_a
     assert st["total_lag"] == 0, f"{st['text']}\n{workers.logs()}"
 
 
+def small_stream(settings, tmp_path) -> tuple[list[dict], Workers]:
+    """400 labelled events (news and SMS, in clusters) for 2 partitions, and the test's workers."""
+    shared_data("news/thucnews_1000.jsonl")
+    events = labelled_stream(tmp_path, n_news=80, n_sms=320, clustered=True)
+    settings.topics.partitions = 2
+    apply(settings)
+    return events, Workers(settings, tmp_path)
+
+
+def send_in_small_batches(settings, events: list[dict]) -> None:
+    """The first 20 events, and their verdicts awaited (the worker is up); then the rest and ``BAD``
+    at 60 a second, so that they come in many small batches."""
+    first, rest = events[:20], events[20:]
+    produce_events(settings, first)
+    read_all(settings, settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(first), timeout=300)
+    produce_events(settings, rest, extra_raw=BAD, rate=60)
+
+
+def every_verdict(settings, n: int, timeout: float) -> tuple[dict, list]:
+    """The latest verdict of each id once ``n`` ids have one (and the revisions still in flight have
+    come), and the dead letters of ``BAD``."""
+    read_all(settings, settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= n, timeout=timeout)
+    time.sleep(3)  # revisions still in flight
+    got = latest(read_all(settings, settings.topics.verdicts, until=lambda ms: False, timeout=30, idle=5))
+    dlq = read_all(settings, settings.topics.dlq, until=lambda ms: len(ms) >= len(BAD), timeout=60)
+    return got, dlq
+
+
 # one agent loop serves the three stages (AgentLoop): `make test` runs one, `make test-long` all three
 @pytest.mark.parametrize("stage", [pytest.param("prepare", marks=pytest.mark.long), "index",
                                    pytest.param("decide", marks=pytest.mark.long)])
@@ -494,25 +522,12 @@ def test_an_agent_that_raises_holds_its_batch_and_the_restart_replays_it(kafka_s
     are delivered, before the states are stored). The worker must exit with code 70, and after the
     supervisor's restart, which runs without the fault, every event has its verdict, the same as
     ``scan``'s, and every malformed one its dead letter."""
-    shared_data("news/thucnews_1000.jsonl")
-    events = labelled_stream(tmp_path, n_news=80, n_sms=320, clustered=True)
-    kafka_settings.topics.partitions = 2
-    apply(kafka_settings)
-    workers = Workers(kafka_settings, tmp_path)
-    first, rest = events[:20], events[20:]
+    events, workers = small_stream(kafka_settings, tmp_path)
     try:
         workers.start("w0", FAULT_FAILURE=f"{stage}:15")
         workers.env["w0"] = {}  # its restart runs without the fault
-        produce_events(kafka_settings, first)  # the worker is up: the rest comes in many small batches
-        read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(first),
-                 timeout=300)
-        produce_events(kafka_settings, rest, extra_raw=BAD, rate=60)
-        read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(events),
-                 timeout=180)
-        time.sleep(3)  # revisions still in flight
-        got = latest(read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: False, timeout=30,
-                              idle=5))
-        dlq = read_all(kafka_settings, kafka_settings.topics.dlq, until=lambda ms: len(ms) >= len(BAD), timeout=60)
+        send_in_small_batches(kafka_settings, events)
+        got, dlq = every_verdict(kafka_settings, len(events), timeout=180)
     finally:
         workers.stop_all()
     # with the exception left to Faust, this lost the batch's 1 (prepare) and 2 (index) events' verdicts
@@ -532,19 +547,11 @@ def test_a_batch_in_hand_when_its_worker_stops_is_replayed_after_the_restart(kaf
     two partitions for good). ``tests/faulty_worker.py`` hangs the stage's 15th batch before its output
     goes out (decide: before its states are stored); the worker is stopped while it hangs and started
     again without the fault: every event must have its verdict, the same as ``scan``'s."""
-    shared_data("news/thucnews_1000.jsonl")
-    events = labelled_stream(tmp_path, n_news=80, n_sms=320, clustered=True)
-    kafka_settings.topics.partitions = 2
-    apply(kafka_settings)
-    workers = Workers(kafka_settings, tmp_path)
-    first, rest = events[:20], events[20:]
+    events, workers = small_stream(kafka_settings, tmp_path)
     log_file = tmp_path / "w0.log"
     try:
         workers.start("w0", FAULT_HANG=f"{stage}:15")
-        produce_events(kafka_settings, first)
-        read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(first),
-                 timeout=300)
-        produce_events(kafka_settings, rest, extra_raw=BAD, rate=60)
+        send_in_small_batches(kafka_settings, events)
         deadline = time.monotonic() + 120
         while "injected hang" not in log_file.read_text(errors="replace"):
             assert time.monotonic() < deadline, workers.logs()
@@ -552,12 +559,7 @@ def test_a_batch_in_hand_when_its_worker_stops_is_replayed_after_the_restart(kaf
         time.sleep(2)
         assert workers.stop("w0") == 0, workers.logs()
         workers.start("w0")
-        read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= len(events),
-                 timeout=240)
-        time.sleep(3)  # revisions still in flight
-        got = latest(read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: False, timeout=30,
-                              idle=5))
-        dlq = read_all(kafka_settings, kafka_settings.topics.dlq, until=lambda ms: len(ms) >= len(BAD), timeout=60)
+        got, dlq = every_verdict(kafka_settings, len(events), timeout=240)
     finally:
         workers.stop_all()
     check(kafka_settings, events, got, dlq, workers)
