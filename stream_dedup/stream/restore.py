@@ -2,10 +2,10 @@
 written to RocksDB in write batches, before Faust's own recovery reads anything.
 
 Why: Faust's recovery hands each changelog record through its conductor, a queue and its loop
-(several event-loop turns, a task, and a count over every partition, per record), a few thousand
-records a second on a 2-core machine. A worker that took over a dead one's partitions held every
-stream for that long (the largest part of the stall after a SIGKILL in ``bench/faults.py``).
-librdkafka reads the same records in batches, and one RocksDB write batch applies thousands.
+(several event-loop turns, a task, and a count over every partition, per record), and a worker that
+took over a dead one's partitions held every stream for as long (the largest part of the stall
+after a SIGKILL in ``bench/faults.py``; the timing is in docs/operations.md). librdkafka reads the
+same records in batches, and a RocksDB write batch applies many at once.
 
 What Faust then sees: each partition's persisted offset at the end of what was read, stored in the
 write batch with the records, so its recovery seeks past them and finds nothing left. When the bulk

@@ -543,8 +543,8 @@ def test_an_agent_that_raises_holds_its_batch_and_the_restart_replays_it(kafka_s
 def test_a_batch_in_hand_when_its_worker_stops_is_replayed_after_the_restart(kafka_settings, tmp_path, stage):
     """A stop (or a crash) cancels an agent in the middle of a batch. Faust acks the batch's events as
     the agent leaves, and the consumer's last commit comes after that: left so, the batch was committed
-    with its output half sent (an exactly-once fault run's 27 documents waited for probe answers of
-    two partitions for good). ``tests/faulty_worker.py`` hangs the stage's 15th batch before its output
+    with its output half sent (its documents lost their verdicts, or waited for probe answers for
+    good). ``tests/faulty_worker.py`` hangs the stage's 15th batch before its output
     goes out (decide: before its states are stored); the worker is stopped while it hangs and started
     again without the fault: every event must have its verdict, the same as ``scan``'s."""
     events, workers = small_stream(kafka_settings, tmp_path)
