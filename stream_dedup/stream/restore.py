@@ -72,7 +72,6 @@ class BulkRestore:
             "auto.offset.reset": "earliest",  # an offset before the log's start: from its start
             "isolation.level": "read_committed" if read_committed else "read_uncommitted"})
         self.consumer: Any = None
-        self.records = 0  # restored since start
 
     def _consumer(self) -> Any:
         if self.consumer is None:
@@ -93,7 +92,6 @@ class BulkRestore:
             n = await self._read(recovery, todo, offsets)
         except Exception as e:  # noqa: BLE001 - Faust's recovery reads what is left
             log.warning("bulk restore stopped (%r); Faust's recovery reads the rest", e)
-        self.records += n
         log.info("bulk restore: %d changelog records of %d partitions in %.2f s", n, parts,
                  time.monotonic() - t0)
         return n
