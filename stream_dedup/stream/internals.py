@@ -12,6 +12,7 @@ changes nothing in those libraries.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import weakref
 from importlib import metadata
@@ -70,6 +71,8 @@ PRIVATE: list[tuple[str, str, str]] = [
     ("faust.tables.recovery.Recovery", "_build_offsets", "patched: restore.BulkRestore before the record-by-record read"),
     ("faust.tables.recovery.Recovery", "tp_to_table", "restore.BulkRestore: the table of a changelog partition"),
     ("faust.tables.recovery.Recovery", "signal_recovery_start", "restore.overtaken: a new rebalance"),
+    ("aiokafka.consumer.fetcher.Fetcher", "__init__", "patched: its fetched records kept in SeekSafeRecords"),
+    ("aiokafka.consumer.fetcher.Fetcher", "_records", "SeekSafeRecords: replaced"),
 ]
 # Behaviours relied on or worked around, checked at the versions of ``CHECKED``:
 # - rocksdict reopens a database with its saved OPTIONS, so a TTL database's compaction filter is
@@ -302,6 +305,50 @@ def _install_recovery_quiet_wait() -> None:
         recovery.asyncio = _RecoveryAsyncio()  # type: ignore[assignment]
 
 
+class _NoRecords:
+    """What ``SeekSafeRecords`` hands out for a partition a seek just removed: nothing to return,
+    no error to raise, no fetch backoff."""
+
+    def check_raise(self) -> None:
+        return None
+
+    def calculate_backoff(self) -> float:
+        return 0.0
+
+
+class SeekSafeRecords(collections.OrderedDict):  # type: ignore[type-arg]
+    """aiokafka's fetched records by partition, which its fetcher walks in the consumer's thread
+    while Faust seeks from the worker's (``ThreadDelegateConsumer._seek``), deleting the sought
+    partition's entry: a walk that listed the partition then failed with KeyError and the fetcher
+    crashed, restarting the worker. A missing entry now reads as nothing fetched and a second delete
+    is a no-op; the seek itself stays where Faust makes it, before it moves the read offset."""
+
+    def __missing__(self, tp: Any) -> _NoRecords:
+        return _NO_RECORDS
+
+    def __delitem__(self, tp: Any) -> None:
+        self.pop(tp, None)
+
+
+_NO_RECORDS = _NoRecords()
+
+
+def _install_seek_safe_records() -> None:
+    """Every aiokafka fetcher keeps its fetched records in a ``SeekSafeRecords``."""
+    from aiokafka.consumer.fetcher import Fetcher
+
+    original = Fetcher.__init__
+    if getattr(original, "stream_dedup", False):
+        return
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self._records = SeekSafeRecords(self._records)
+
+    __init__.stream_dedup = True  # type: ignore[attr-defined]
+    Fetcher.__init__ = __init__  # type: ignore[method-assign]
+
+
 def check_versions() -> list[str]:
     """The libraries whose installed version is not the one ``PRIVATE`` was checked against."""
     out = []
@@ -317,7 +364,7 @@ def check_versions() -> list[str]:
 
 def install() -> None:
     """Install every patch (idempotent): the fetch settings, committed highwaters (and the wait for
-    their commit markers), the bulk restore, recovery's short
+    their commit markers), the bulk restore, fetched records safe from seeks, recovery's short
     wait for a changelog record, the delivery guard
     on commits, the fast hand-over of fetched messages, strict commits (no gap taken on internal
     topics), and the bounded RocksDB store."""
@@ -329,6 +376,7 @@ def install() -> None:
     _install_committed_highwaters()
     _install_markers_landed()
     _install_bulk_restore()
+    _install_seek_safe_records()
     _install_recovery_quiet_wait()
     delivery.install()
     drain.install()

@@ -57,6 +57,8 @@ assert "rocksdb-bounded" in stores.STORES.aliases
 from faust.tables.recovery import Recovery
 assert getattr(Recovery._build_highwaters, "stream_dedup", False)
 assert getattr(Recovery._build_offsets, "stream_dedup", False)
+from aiokafka.consumer.fetcher import Fetcher
+assert getattr(Fetcher.__init__, "stream_dedup", False)
 print("ok")
 """
 
@@ -151,3 +153,38 @@ def test_the_bulk_restore_reads_each_partition_from_its_offset_to_its_highwater(
     offsets = {a: 51, b: None, c: 9, d: -1}
     highwaters = {a: 80, b: 7, c: 9, d: -1}  # c: up to date; d: an empty changelog
     assert plan([a, b, c, d], offsets, highwaters) == {a: (51, 80), b: (-1, 7)}
+
+
+def _seek_during_walk(base: type) -> type:
+    """A records map that loses every entry right after the fetcher lists them: Faust's seek,
+    made from the worker's thread while aiokafka's fetcher walks the map in its own."""
+    class Racing(base):  # type: ignore[misc, valid-type]
+        def keys(self):
+            listed = list(base.keys(self))
+            for tp in listed:
+                base.__delitem__(self, tp)
+            return listed
+    return Racing
+
+
+@pytest.mark.parametrize("base,crashes", [(dict, True), (internals.SeekSafeRecords, False)])
+def test_a_seek_in_the_middle_of_aiokafkas_fetch_walk_does_not_crash_it(base, crashes):
+    import asyncio
+    from types import SimpleNamespace
+
+    from aiokafka.consumer.fetcher import Fetcher, FetchError
+    from aiokafka.errors import KafkaError
+    from aiokafka.structs import TopicPartition
+
+    tp = TopicPartition("pages", 0)
+    records = _seek_during_walk(base)()
+    records[tp] = FetchError(error=KafkaError("stale"), backoff=0)
+    fetcher = SimpleNamespace(_records=records, _subscriptions=SimpleNamespace(reassignment_in_progress=False),
+                              _notify=lambda fut: None, _wait_consume_future=None, _closed=False)
+    walk = Fetcher.fetched_records(fetcher, [tp], timeout=0)
+    if crashes:
+        with pytest.raises(KeyError):
+            asyncio.run(walk)
+    else:
+        assert asyncio.run(walk) == {}
+        assert tp not in records
