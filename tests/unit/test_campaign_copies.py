@@ -528,3 +528,39 @@ def test_a_question_that_repeats_a_phrase_of_another_is_no_copy(ngram, prep):
     a, b = "多米音乐播放器，多米音乐播放器下载", "多米音乐播放器为何不能下载音乐了"
     assert any({r["text1"], r["text2"]} == {a, b} and r["label"] == 0 for r in rows)
     assert not judged_as_copy(ngram, prep, b, a)
+
+
+def test_the_character_gate_turns_away_only_what_verify_would(ngram, prep, spam):
+    """``verify`` first turns away two texts of which each lacks too many of the other's characters
+    (``char_mask``, ``absent_most``): every copy of every edit class and every pair of different
+    real spam is answered as with the gate off."""
+    sketches = [ngram.sketch(prep.document({"id": "a", "text": t, "ts": 1})).payload
+                for t in spam + [edit(t) for t in spam for edit in EDITS.values()]]
+    rng = random.Random(5)
+    pairs = [(i, len(spam) + i * len(EDITS) + j) for i in range(len(spam)) for j in range(len(EDITS))]
+    pairs += [tuple(rng.sample(range(len(sketches)), 2)) for _ in range(3000)]
+    gated = [ngram.verify(sketches[a], sketches[b]) for a, b in pairs]
+    most, ngram._absent_most = ngram._absent_most, 1.0  # no text lacks more than all its characters
+    try:
+        plain = [ngram.verify(sketches[a], sketches[b]) for a, b in pairs]
+    finally:
+        ngram._absent_most = most
+    assert gated == plain
+    assert sum(m is not None for m in plain) >= len(spam) * len(EDITS) * 0.9
+
+
+def test_the_character_gate_answers_different_texts_before_the_costly_tests(ngram, prep, monkeypatch):
+    """Two campaigns that share an opening ("温馨提示") are told apart by their characters alone."""
+    from stream_dedup.core.detectors import ngram as module
+
+    a = ngram.sketch(prep.document({"id": "a", "text": "温馨提示：伊利金领冠奶粉做9.9折优惠，活动到7月05号结束", "ts": 1}))
+    b = ngram.sketch(prep.document({"id": "b", "text": "温馨提示：本店新到一批夏季连衣裙，欢迎新老顾客前来选购", "ts": 1}))
+
+    class Refuse:
+        @staticmethod
+        def similarity(*args, **kwargs):
+            raise AssertionError("the costly test ran")
+
+    monkeypatch.setattr(module, "LCSseq", Refuse)
+    monkeypatch.setattr(module, "Levenshtein", Refuse)
+    assert ngram.verify(a.payload, b.payload) is None

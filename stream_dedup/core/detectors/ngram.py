@@ -222,6 +222,31 @@ def winnow_many(hashes: np.ndarray, sizes: list[int], w: int) -> list[list[int]]
 DEMOTED = 1 << 62
 
 
+def char_mask(bare: str) -> int:
+    """A bit per distinct character outside ASCII (a bit may stand for several): the count of bits
+    one text has and another lacks is at most how many of its characters the other lacks, which
+    bounds every test of ``verify`` at no more than two integer operations."""
+    mask = 0
+    for ch in set(bare):
+        code = ord(ch)
+        if code > 127:
+            mask |= 1 << (code % 251)
+    return mask
+
+
+def absent_most(edit_threshold: float, containment: float) -> float:
+    """The largest share of a text's characters (numbers written out) that its copy may lack, by
+    any test of ``verify``: the longest common subsequence, the pieces and the block leave at most
+    1 - containment (or 1 - BLOCK) of the shorter out; the character pairs, 2 (1 - containment)
+    (an absent character spoils two pairs); one place of the longer (``partial_ratio``),
+    1 - c / (2 - c); the edit similarity, (1 - e) / e of either; a short text, none. Latin-script
+    texts lose no non-ASCII character either. An edit threshold of 0 (words alone) bounds nothing: 1."""
+    if edit_threshold <= 0:
+        return 1.0
+    c = containment or 1.0
+    return min(1.0, max(2 * (1 - c), 1 - c / (2 - c), 1 - BLOCK, (1 - edit_threshold) / edit_threshold))
+
+
 def gram_hashes(sk: str, m: int) -> list[int]:
     """The hashes of a skeleton's m-grams as keys are chosen from (plain ints, ``_KEY_MASK``)."""
     return shingle_hashes_list(sk, m, _KEY_MASK)
@@ -374,6 +399,7 @@ class NgramDetector(Detector):
         self.contained_ratio = contained_ratio
         self.max_chars = max_chars
         self.bottom_chars = 2 * (w + m - 1)  # see BOTTOM
+        self._absent_most = absent_most(edit_threshold, containment)
         # grams common on the stream (a template table's): keys only where a window has no other
         self.common = frozenset(common)
         self._common = np.fromiter(sorted(self.common), dtype=np.uint64, count=len(self.common))
@@ -489,19 +515,19 @@ class NgramDetector(Detector):
         return Sketch(self.keys(doc), payload)
 
     @staticmethod
-    def _skeleton_of(p: bytes) -> tuple[str, str, str, str, bool, frozenset[str]]:
+    def _skeleton_of(p: bytes) -> tuple[str, str, str, str, bool, frozenset[str], int]:
         """(the skeleton; it without numbers, as containment reads it; it with its long numbers'
         digits; it with every digit; whether it is mostly Latin letters; its numbers of one or two
-        digits) of a payload."""
+        digits; ``char_mask`` of it) of a payload."""
         (n,) = _COUNT.unpack_from(p)
         full = p[2 + 4 * n:].decode("utf-8")
         sk = masked(full)
         bare = sk.replace("#", "")
         latin = _is_latin(sk)
         if sk is full:
-            return sk, bare, sk, sk, latin, frozenset()
+            return sk, bare, sk, sk, latin, frozenset(), char_mask(bare)
         long = long_numbers_only(full) if LONG_NUMBER.search(full) else sk
-        return sk, bare, long, full, latin, small_numbers(full)
+        return sk, bare, long, full, latin, small_numbers(full), char_mask(bare)
 
     def _segment(self, sk: str) -> frozenset[str]:
         return frozenset(self.tokenizer.words(sk)) or frozenset((sk,))
@@ -513,7 +539,11 @@ class NgramDetector(Detector):
         return frozenset(mmh3.hash(w, signed=False) for w in self._segment(p[2:].decode("utf-8")))
 
     def verify(self, a: bytes, b: bytes) -> Match | None:
-        (ska, bare_a, fa, na, la, sa), (skb, bare_b, fb, nb, lb, sb) = self._skeleton_cached(a), self._skeleton_cached(b)
+        (ska, bare_a, fa, na, la, sa, ma), (skb, bare_b, fb, nb, lb, sb, mb) = self._skeleton_cached(a), self._skeleton_cached(b)
+        most = self._absent_most
+        if (not (la and lb) and (ma & ~mb).bit_count() > most * len(na)
+                and (mb & ~ma).bit_count() > most * len(nb)):
+            return None  # each has too many characters the other lacks to be its copy by any test below
         short = LATIN_SHORT if la and lb else self.min_contained
         if (na is not ska or nb is not skb) and not _same_numbers(len(bare_a), na, sa, len(bare_b), nb, sb, short):
             return None
