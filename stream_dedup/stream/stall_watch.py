@@ -5,6 +5,8 @@ import asyncio
 import functools
 import logging
 import time
+from collections import Counter
+from pathlib import Path
 
 from faust.types import TP
 
@@ -14,6 +16,27 @@ from .context import WorkerContext
 from .watchdog import EXIT_STALLED, MarkerLag, Position, StallDetector, nudge_target
 
 log = logging.getLogger("stream_dedup.worker")
+
+
+def await_chain(coro: object) -> list[str]:
+    """Where a suspended coroutine waits: each awaited coroutine's function, file and line, outermost
+    first (``Task.get_stack`` shows the outermost alone), then what the last awaits."""
+    out: list[str] = []
+    while coro is not None and len(out) < 40:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            out.append(type(coro).__name__)
+            break
+        out.append(f"{frame.f_code.co_name} ({Path(frame.f_code.co_filename).name}:{frame.f_lineno})")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return out
+
+
+def task_waits(depth: int = 4) -> list[str]:
+    """The running loop's tasks by where they wait (the innermost ``depth`` steps), the most common
+    first: a stalled worker's log then says which await holds it."""
+    chains = Counter(" <- ".join(reversed(await_chain(t.get_coro())[-depth:])) for t in asyncio.all_tasks())
+    return [f"  {n} x {chain}" for chain, n in chains.most_common()]
 
 
 class StallWatch:
@@ -56,7 +79,10 @@ class StallWatch:
         metrics.assigned.set(len(tps))
         stalled = self.detector.observe(now, positions, {tp for tp in tps if (tp.topic, tp.partition) in ctx.worked})
         ctx.worked.clear()
-        for tp in self.detector.to_nudge(now):
+        nudged = self.detector.to_nudge(now)
+        if nudged:
+            log.warning("stalled; what the worker's tasks wait on:\n%s", "\n".join(task_waits()))
+        for tp in nudged:
             await self.nudge(tp, positions[tp][0])
         if stalled:
             self.stall_exit("; ".join(f"{tp.topic}[{tp.partition}] lag {lag}, no progress for {idle:.0f} s"

@@ -488,3 +488,28 @@ def test_a_re_read_takes_only_its_partitions_messages_and_never_ends_short():
         == [4, 6]
     with pytest.raises(RuntimeError, match=r"t\[0\] offsets 4..7: the broker says the partition ends at 5"):
         _read_range(_FakeConsumer([mine[1], _FakeMessage("t", 0, 5, EOF), mine[2], mine[3]]), "t", 0, 4, 8)
+
+
+def test_a_stalled_workers_tasks_are_listed_by_the_innermost_await_they_wait_on():
+    import asyncio
+
+    from stream_dedup.stream.stall_watch import task_waits
+
+    async def held_by_the_broker(gate: asyncio.Event) -> None:
+        await gate.wait()
+
+    async def agent(gate: asyncio.Event) -> None:
+        await held_by_the_broker(gate)
+
+    async def main() -> list[str]:
+        gate = asyncio.Event()
+        tasks = [asyncio.create_task(agent(gate)) for _ in range(3)]
+        await asyncio.sleep(0)
+        waits = task_waits()
+        gate.set()
+        await asyncio.gather(*tasks)
+        return waits
+
+    waits = asyncio.run(main())
+    top = waits[0]
+    assert top.startswith("  3 x ") and "held_by_the_broker" in top and top.index("wait") < top.index("agent")
