@@ -174,7 +174,7 @@ class EngineSettings(_Section):
                           "entries a bucket holds an SMS's payload by reference, so each copy adds its id and 12 bytes "
                           "(bench/campaign.py). Keep it well above "
                           "the documents in a window / 65,536 with 4x16 SimHash bands, whose buckets fill by chance; "
-                          "every worker must use the same value")] = 1000
+                          "every worker must use the same value")] = 200
 
 
 class WorkerSettings(_Section):
