@@ -346,7 +346,8 @@ def compare(s, events: list[dict], got: list[tuple[float, dict]], dead_letters: 
                        "wait_by_second": profile})
     differ = {i: {"got": latest[i], "scan": k} for i, k in expected.items()
               if i in latest and (latest[i]["verdict"], latest[i]["match"], latest[i]["duplicate_of"]) != k}
-    return {"events": len(events), "lost": sum(1 for i in expected if i not in latest),
+    lost = sorted(i for i in expected if i not in latest)
+    return {"events": len(events), "lost": len(lost), "lost_ids": lost[:200],
             "divergent": len(differ), "divergent_ids": differ,
             "bad_sent": len(BAD), "dead_letters": dead_letters, "faults": faults}
 
