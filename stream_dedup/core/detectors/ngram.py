@@ -523,11 +523,11 @@ class NgramDetector(Detector):
         full = p[2 + 4 * n:].decode("utf-8")
         sk = masked(full)
         bare = sk.replace("#", "")
-        latin = _is_latin(sk)
+        latin, mask = _is_latin(sk), char_mask(bare)
         if sk is full:
-            return sk, bare, sk, sk, latin, frozenset(), char_mask(bare)
+            return sk, bare, sk, sk, latin, frozenset(), mask
         long = long_numbers_only(full) if LONG_NUMBER.search(full) else sk
-        return sk, bare, long, full, latin, small_numbers(full), char_mask(bare)
+        return sk, bare, long, full, latin, small_numbers(full), mask
 
     def _segment(self, sk: str) -> frozenset[str]:
         return frozenset(self.tokenizer.words(sk)) or frozenset((sk,))
