@@ -92,11 +92,12 @@ class BatchSource:
             msg = ev.message
             start = internals.committed_offset(self.ctx.app, TP(msg.topic, msg.partition))
             missed = await self.gaps.missing(msg.topic, msg.partition, msg.offset, start=start)
-            if missed:
-                # the commit may pass these offsets once the batch that processes them is done
+            if missed.span is not None:
+                # the commit may pass these offsets once the batch that processes them is done; an
+                # offset without a message holds a marker (Faust's own ``_add_gap`` marks nothing here)
                 commits.mark_processed(self.ctx.app.consumer, TP(msg.topic, msg.partition),
-                                       min(m.offset for m in missed), msg.offset - 1)
-            out.extend((ev, m) for m in missed)
+                                       missed.span[0], missed.span[1] - 1)
+            out.extend((ev, m) for m in missed.msgs)
             out.append((ev, msg))
         return out
 
@@ -133,22 +134,18 @@ class BatchSource:
             return
         consumer = internals.consumer(self.ctx.app)
         span = commits.head_hole if self.inline else commits.open_span
-        max_fill = None if self.inline else self.gaps.tracker.max_fill
+        max_fill = self.gaps.tracker.max_fill  # a longer hole is read a part at a time
         found = {(tp.topic, tp.partition): span(
                      commits.commit_base(consumer, tp), consumer._acked.get(tp) or (),
                      [(iv.begin, iv.end) for iv in consumer._gap.get(tp) or ()])
                  for tp in consumer.assignment() if tp.topic in self.stream_topics}
         for (topic, part), first, end in self.holes.check(found, self.ctx.in_hand):
-            await self.read_hole(TP(topic, part), first, end if max_fill is None else min(end, first + max_fill))
+            await self.read_hole(TP(topic, part), first, min(end, first + max_fill))
 
     async def read_hole(self, tp: TP, first: int, end: int) -> None:
         """Mark the offsets of ``first..end`` that hold no record and were not acked as processed,
         and seek to the first record that was not."""
         consumer = internals.consumer(self.ctx.app)
-        if end - first > self.gaps.tracker.max_fill:
-            log.warning("%s[%d]: offsets %d..%d hold the commit back; too many to read again here",
-                        tp.topic, tp.partition, first, end - 1)
-            return
         try:
             msgs: list[Msg] = await self.gaps.read(tp.topic, tp.partition, first, end)
         except Exception as e:  # noqa: BLE001 - the hole stays, and is looked at again later

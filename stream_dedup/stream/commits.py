@@ -14,10 +14,9 @@ for a few checks, and the worker reads the partition again from it (``batch_sour
 ``read_commit_holes``): the stages are idempotent, so what the re-read repeats costs only work.
 A hole is measured from the commit in flight, if there is one (``commit_base``), not only from the
 last one done.
-Offsets the broker has no record at (transaction markers of a transactional producer of the input)
-are told to Faust as a gap, which it commits past. Under exactly-once the same rule holds: there
-every offset jump holds the commit (``held_add_gap``) until the hole is read committed, its markers
-and aborted records marked processed and its records read again.
+An offset jump of the fetcher is never taken as processed (``held_add_gap``): it holds the commit
+until it is read, by the gap filler as its batch is taken (at-least-once) or as a commit hole, its
+markers and aborted records marked processed and its records processed.
 """
 from __future__ import annotations
 
@@ -134,23 +133,19 @@ def forget(consumer: Any, tps: Iterable[TP]) -> None:
 
 
 def held_add_gap(original: Callable[..., Any]) -> Callable[..., Any]:
-    """Faust's ``_add_gap`` (the fetcher delivered an offset beyond the last one read: it takes the
-    offsets between as holding no record, and the commit passes them), except on the topics named by
-    ``app.stream_dedup_held_topics`` outside a transaction: the workers' internal topics, which no
-    transactional producer writes, so a jump there is offsets the stream never got. They then hold
-    the commit like any unprocessed offset, and ``HoleWatch`` reads them again (or marks those the
-    broker has no record at). Logged: every such jump is a skip to explain. Under exactly-once no
-    jump is a gap: there it is mostly transaction markers and aborted records, but it can be a skip
-    too, so the hole is read (committed records only), not taken on trust."""
+    """Faust's ``_add_gap`` (the fetcher delivered an offset beyond the last one read) takes the offsets
+    between, and the new one, as processed, so a commit can pass them before any agent has seen the
+    jump: when a rebalance then came, the gap filler's baseline was the new commit and the skipped
+    records were lost (a fault run, at-least-once, on the input topic). Here no jump is marked. It
+    may hold transaction markers, aborted records or records the stream skipped: the gap filler
+    reads it as its batch is taken (at-least-once), or ``HoleWatch`` once it holds the commit back.
+    On ``app.stream_dedup_held_topics`` (the internal topics, which no transactional producer writes)
+    a jump outside a transaction is always a skip, and is logged."""
 
     async def _add_gap(self: Any, tp: TP, offset_from: int, offset_to: int) -> None:
-        if self.in_transaction:  # markers and aborted records, or a skip: ``HoleWatch`` reads them to tell
-            return
-        if tp.topic in getattr(self.app, "stream_dedup_held_topics", ()):
+        if not self.in_transaction and tp.topic in getattr(self.app, "stream_dedup_held_topics", ()):
             log.warning("%s[%d]: the fetcher went past offsets %d..%d unread; they hold the commit until "
                         "they are read", tp.topic, tp.partition, offset_from, offset_to - 1)
-            return
-        await original(self, tp, offset_from, offset_to)
 
     _add_gap.stream_dedup = True  # type: ignore[attr-defined]
     _add_gap.original = original  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ import asyncio
 import logging
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 log = logging.getLogger("stream_dedup.worker")
 
@@ -40,6 +40,14 @@ class Msg:
 
 
 Fetch = Callable[[str, int, int, int], list[Msg]]  # topic, partition, first, end (exclusive) -> messages
+
+
+class Refill(NamedTuple):
+    """What ``GapFiller.missing`` found before a message: the skipped offsets [first, end), all read
+    (an offset without a message holds a transaction marker or an aborted record), and the messages."""
+
+    span: tuple[int, int] | None
+    msgs: list[Msg]
 
 
 @dataclass
@@ -171,7 +179,7 @@ class GapFiller:
                               self.fetch, topic, partition, first, end)
         return [m for m in msgs if first <= m.offset < end]
 
-    async def missing(self, topic: str, partition: int, offset: int, start: int | None = None) -> list[Msg]:
+    async def missing(self, topic: str, partition: int, offset: int, start: int | None = None) -> Refill:
         """``start``: the committed offset the consumer began the partition at, if the caller knows it;
         for the first message after an assignment without one, ``committed`` asks the broker."""
         first_here = not self.tracker.seen(topic, partition)
@@ -189,14 +197,15 @@ class GapFiller:
                      offset, start, source)
         rng = self.tracker.gap(topic, partition, offset, start)
         if rng is None:
-            return []
+            return Refill(None, [])
         first, end = rng
         msgs = await self.read(topic, partition, first, end)
-        log.warning("%s[%d]: the stream skipped offsets %d..%d; re-read %d message(s) and processed them",
-                    topic, partition, first, end - 1, len(msgs))
-        if self.on_fill is not None:
-            self.on_fill(topic, len(msgs))
-        return msgs
+        if msgs:  # none: the offsets held transaction markers (a transactional producer of the input)
+            log.warning("%s[%d]: the stream skipped offsets %d..%d; re-read %d message(s) and processed them",
+                        topic, partition, first, end - 1, len(msgs))
+            if self.on_fill is not None:
+                self.on_fill(topic, len(msgs))
+        return Refill(rng, msgs)
 
 
 async def _retried(wait_s: float, what: str, call: Callable[..., Any], *args: Any) -> Any:

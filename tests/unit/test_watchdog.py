@@ -122,11 +122,35 @@ def test_gap_filler_processes_the_missing_messages_first():
     async def run():
         out = []
         for o in (7, 8, 12):
-            out.append([m.offset for m in await f.missing("pages", 1, o)])
+            out.append([m.offset for m in (await f.missing("pages", 1, o)).msgs])
         return out
 
     assert asyncio.run(run()) == [[], [], [9, 10, 11]]
     assert log == [("pages", 1, 9, 12)] and filled == [("pages", 3)]
+
+
+def test_gap_filler_returns_the_whole_span_it_read_markers_included(caplog):
+    """A jump over offsets that hold no message (a transactional producer's commit markers) is read
+    and returned as read, so that the batch marks it processed (Faust's own rule no longer does);
+    it is not a skip, so nothing is logged or counted."""
+    import asyncio
+
+    from stream_dedup.stream.gaps import GapFiller, Msg, Refill
+
+    def fetch(topic, partition, first, end):
+        return [Msg(topic, partition, o, None, b"x", None) for o in range(first, end) if o % 5 != 0]
+
+    filled = []
+    f = GapFiller(fetch, on_fill=lambda t, k: filled.append((t, k)))
+
+    async def run():
+        return [await f.missing("pages", 0, o, start=4) for o in (4, 6, 11)]
+
+    with caplog.at_level("WARNING", logger="stream_dedup.worker"):
+        got = asyncio.run(run())
+    assert got[:2] == [Refill(None, []), Refill((5, 6), [])] and "offsets 5..5" not in caplog.text
+    assert got[2].span == (7, 11) and [m.offset for m in got[2].msgs] == [7, 8, 9]
+    assert filled == [("pages", 3)] and "the stream skipped offsets 7..10; re-read 3" in caplog.text
 
 
 def test_gap_filler_asks_for_the_committed_offset_only_when_a_partition_starts_without_one():
@@ -147,7 +171,7 @@ def test_gap_filler_asks_for_the_committed_offset_only_when_a_partition_starts_w
     f = GapFiller(fetch, committed=committed)
 
     async def run():
-        return [len(await f.missing("pages", p, o, start)) for p, o, start in
+        return [len((await f.missing("pages", p, o, start)).msgs) for p, o, start in
                 [(0, 40, None), (0, 41, None), (1, 3, None), (2, 5, 5)]]
 
     # partition 0 began at its committed 40: nothing skipped, and asked once only; partition 1 has
@@ -369,7 +393,7 @@ def test_gap_filler_waits_out_a_loading_coordinator_and_never_crashes_the_agent_
     f = GapFiller(fetch, committed=flaky, committed_wait_s=1.0)  # tries at 0, 0.2 and 0.6 s
 
     async def run():
-        return [len(await f.missing("probes", p, o)) for p, o in [(0, 43), (1, 7), (1, 8)]]
+        return [len((await f.missing("probes", p, o)).msgs) for p, o in [(0, 43), (1, 7), (1, 8)]]
 
     # partition 0: the third lookup answers 40, so 40-42 were skipped and are re-read; partition 1
     # never answers: no baseline, nothing re-read, and no exception
@@ -396,7 +420,7 @@ def test_gap_filler_retries_a_failed_fetch_and_fails_only_after_its_wait():
     f = GapFiller(fetch, fetch_wait_s=0.5)
 
     async def run(p, offsets):
-        return [len(await f.missing("pages", p, o)) for o in offsets]
+        return [len((await f.missing("pages", p, o)).msgs) for o in offsets]
 
     assert asyncio.run(run(0, (1, 4))) == [0, 2] and tries == [2, 2]
 
