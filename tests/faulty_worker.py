@@ -14,7 +14,9 @@ Faults come from these variables, each off when unset:
 - ``FAULT_SKIP=stage:n``: the n-th message of the stage's stream is dropped unprocessed, unacked and
   unseen by the gap tracking (a skip the gap filler misses);
 - ``FAULT_STALL=1``: after its first batch of page events the worker pauses its pages partitions
-  (a partition assigned and never fetched again).
+  (a partition assigned and never fetched again);
+- ``FAULT_FORGET_COMMITTED=1``: once, when its pages partitions have committed offsets, the consumer
+  forgets them (as when Faust's seek at an assignment gets no answer from the group coordinator).
 """
 from __future__ import annotations
 
@@ -92,6 +94,25 @@ class SkippingSource(BatchSource):
         return True
 
 
+class ForgettingSource(BatchSource):
+    """A batch source whose consumer forgets its pages partitions' committed offsets once
+    (``FAULT_FORGET_COMMITTED``), just before a look for commit holes."""
+
+    def __init__(self, *args: Any, topic: str, counts: Counter, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.forget_topic, self.counts = topic, counts
+
+    async def read_commit_holes(self) -> None:
+        consumer = internals.consumer(self.ctx.app)
+        known = {tp: consumer._committed_offset.get(tp) for tp in consumer.assignment() if tp.topic == self.forget_topic}
+        if not self.counts["injected_forgets"] and known and all(known.values()):
+            for tp, offset in known.items():
+                consumer._committed_offset[tp] = None
+                log.info("injected: %s[%d] committed offset %d forgotten", tp.topic, tp.partition, offset)
+            self.counts["injected_forgets"] += 1
+        await super().read_commit_holes()
+
+
 class FaultyWorker(Worker):
     """``Worker`` with the environment's faults wrapped around its batch steps."""
 
@@ -109,6 +130,9 @@ class FaultyWorker(Worker):
     def batch_source(self) -> BatchSource:
         """The skipping source when ``FAULT_SKIP`` says so (before the timers are registered on it)."""
         skip_stage, skip_at = _fault("FAULT_SKIP")
+        if os.environ.get("FAULT_FORGET_COMMITTED"):
+            return ForgettingSource(self.ctx, self.topics.stream_names(), topic=self.topics.pages.get_topic_name(),
+                                    counts=self.ctx.counts)
         if not skip_stage:
             return super().batch_source()
         topic = {"prepare": self.topics.pages, "index": self.topics.probes,

@@ -133,6 +133,7 @@ class BatchSource:
             self.holes.reset()
             return
         consumer = internals.consumer(self.ctx.app)
+        await self.learn_committed(consumer)
         span = commits.head_hole if self.inline else commits.open_span
         max_fill = self.gaps.tracker.max_fill  # a longer hole is read a part at a time
         found = {(tp.topic, tp.partition): span(
@@ -141,6 +142,19 @@ class BatchSource:
                  for tp in consumer.assignment() if tp.topic in self.stream_topics}
         for (topic, part), first, end in self.holes.check(found, self.ctx.in_hand):
             await self.read_hole(TP(topic, part), first, min(end, first + max_fill))
+
+    async def learn_committed(self, consumer: Any) -> None:
+        """Ask the broker for the committed offset of each partition whose offset the consumer lost
+        (``commits.unknown_bases``) and keep it where Faust does, unless a rebalance came meanwhile."""
+        assigned = [tp for tp in consumer.assignment() if tp.topic in self.stream_topics]
+        for tp in commits.unknown_bases(consumer, assigned):
+            offset = await self.gaps.broker_committed(tp.topic, tp.partition, wait_s=5.0)
+            if (offset and not self.quiet() and tp in consumer.assignment()
+                    and consumer._committed_offset.get(tp) is None):
+                consumer._committed_offset[tp] = offset
+                log.warning("%s[%d]: the consumer did not know its committed offset; the broker's, %d, is "
+                            "its commit base again", tp.topic, tp.partition, offset)
+                self.ctx.counts["commit.base_relearned"] += 1
 
     async def read_hole(self, tp: TP, first: int, end: int) -> None:
         """Mark the offsets of ``first..end`` that hold no record and were not acked as processed,

@@ -124,6 +124,16 @@ def commit_base(consumer: Any, tp: TP) -> int:
     return max(consumer._committed_offset.get(tp) or 0, in_flight(consumer).get(tp, 0))
 
 
+def unknown_bases(consumer: Any, tps: Iterable[TP]) -> list[TP]:
+    """The partitions whose committed offset the consumer does not know while the offsets processed
+    here begin above 0. Faust learns it at an assignment, from the group coordinator; when that
+    answer goes missing (seen in the coordinator's failover), the commit base reads as 0, so the
+    strict commit passes nothing, and the hole watch takes everything before the processed offsets
+    for a hole and reads the partition again from offset 0."""
+    return [tp for tp in tps if consumer._committed_offset.get(tp) is None
+            and (acked := consumer._acked.get(tp)) and min(acked) > 0]
+
+
 def forget(consumer: Any, tps: Iterable[TP]) -> None:
     """Partitions revoked: a commit Faust had in flight for them is discarded (``_commit_offsets``
     commits only assigned partitions), so the next owner's position is the broker's."""

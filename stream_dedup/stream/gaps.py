@@ -179,6 +179,19 @@ class GapFiller:
                               self.fetch, topic, partition, first, end)
         return [m for m in msgs if first <= m.offset < end]
 
+    async def broker_committed(self, topic: str, partition: int, wait_s: float) -> int | None:
+        """The group's committed offset of the partition as the broker has it (0: none), asked again
+        for up to ``wait_s``; None when there is no answer by then (logged)."""
+        if self.committed is None:
+            return None
+        try:
+            offset: int = await _retried(wait_s, f"committed offset of {topic}[{partition}]", self.committed,
+                                         topic, partition)
+            return offset
+        except Exception as e:  # noqa: BLE001 - any broker error: the caller goes on without it
+            log.warning("%s[%d]: no committed offset from the broker in %g s (%r)", topic, partition, wait_s, e)
+            return None
+
     async def missing(self, topic: str, partition: int, offset: int, start: int | None = None) -> Refill:
         """``start``: the committed offset the consumer began the partition at, if the caller knows it;
         for the first message after an assignment without one, ``committed`` asks the broker."""
@@ -186,12 +199,9 @@ class GapFiller:
         source = "the consumer"
         if start is None and self.committed is not None and first_here:
             source = "the broker"
-            try:
-                start = await _retried(self.committed_wait_s, f"committed offset of {topic}[{partition}]",
-                                       self.committed, topic, partition)
-            except Exception as e:  # noqa: BLE001 - no baseline: the check goes on without one (see above)
-                log.warning("%s[%d]: no committed offset from the broker in %g s (%r); the partition's first "
-                            "offsets are not checked for a skip", topic, partition, self.committed_wait_s, e)
+            start = await self.broker_committed(topic, partition, self.committed_wait_s)
+            if start is None:  # no baseline: the check goes on without one (see the class's docstring)
+                log.warning("%s[%d]: the partition's first offsets are not checked for a skip", topic, partition)
         if first_here:  # the baseline a skip at the start of an assignment is seen against, for the log
             log.info("%s[%d]: first message here at offset %d; committed offset %s (from %s)", topic, partition,
                      offset, start, source)

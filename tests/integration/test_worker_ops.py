@@ -522,6 +522,41 @@ def test_an_input_written_in_transactions_is_judged_and_committed_past_its_marke
     assert "hold the commit back" not in log, workers.logs()
 
 
+def test_a_committed_offset_the_consumer_lost_is_asked_of_the_broker(kafka_settings, tmp_path):
+    """Faust learns a partition's committed offset at an assignment; when the group coordinator's
+    answer goes missing (its failover, three brokers, exactly-once: whole partitions read again
+    from offset 0 and verdicts stalled for 40 s), the commit base reads as 0. Injected here
+    (``FAULT_FORGET_COMMITTED``): the worker asks the broker for the offsets, commits go on, and
+    nothing is read again from offset 0."""
+    from stream_dedup.stream.status import wait_drained
+
+    shared_data("news/thucnews_1000.jsonl")
+    events = labelled_stream(tmp_path, n_news=20, n_sms=180)
+    kafka_settings.topics.partitions = 2
+    apply(kafka_settings)
+    workers = Workers(kafka_settings, tmp_path)
+    try:
+        proc = workers.start("w0", FAULT_FORGET_COMMITTED="1")
+        produce_events(kafka_settings, events[:100])
+        read_all(kafka_settings, kafka_settings.topics.verdicts, until=lambda ms: len(latest(ms)) >= 100, timeout=120)
+        log = tmp_path / "w0.log"
+        deadline = time.monotonic() + 60
+        while "injected: " not in log.read_text(errors="replace") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        produce_events(kafka_settings, events[100:], rate=50)
+        got = latest(read_all(kafka_settings, kafka_settings.topics.verdicts,
+                              until=lambda ms: len(latest(ms)) >= len(events), timeout=120))
+        drained, st = wait_drained(kafka_settings, 30)
+        time.sleep(8)  # the hole watch's three checks, were there a hole
+        assert drained and proc.poll() is None and not workers.restarts, f"{st['text']}\n{workers.logs()}"
+    finally:
+        workers.stop_all()
+    text = log.read_text(errors="replace")
+    assert "injected: " in text and "committed offset; the broker's" in text, workers.logs()
+    assert "reading the partition again from 0" not in text, workers.logs()
+    assert set(got) == {e["id"] for e in events}, workers.logs()
+
+
 def small_stream(settings, tmp_path) -> tuple[list[dict], Workers]:
     """400 labelled events (news and SMS, in clusters) for 2 partitions, and the test's workers."""
     shared_data("news/thucnews_1000.jsonl")

@@ -194,3 +194,18 @@ def test_a_message_delivered_again_after_its_batch_was_acked_is_not_worked_on_tw
     assert STRICT(c, TP3) == 6  # committed: Faust forgets the acked offsets below
     c._acked_index.pop(TP3)  # as on_partitions_revoked does
     assert unprocessed(batch, c._acked_index) == batch
+
+
+def test_a_partition_whose_committed_offset_the_consumer_lost_is_found():
+    """``unknown_bases``: no committed offset known (Faust keeps a committed 0 as None too) while the
+    offsets processed here begin above 0; a partition processed from its start, one with a known
+    offset, and one with nothing processed are left alone."""
+    from stream_dedup.stream.commits import unknown_bases
+
+    lost, fresh, known, idle = TP("pages", 0), TP("pages", 1), TP("pages", 2), TP("pages", 3)
+    c = consumer(committed=None)
+    c._committed_offset.update({lost: None, fresh: None, known: 40, idle: None})
+    for tp, offsets in ((lost, (57, 58)), (fresh, (0, 1)), (known, (41,))):
+        c._acked[tp].extend(offsets)
+    assert unknown_bases(c, [lost, fresh, known, idle]) == [lost]
+    assert head_hole(commit_base(c, lost), c._acked[lost], []) == (0, 57)  # what the hole watch would read
