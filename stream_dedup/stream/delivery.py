@@ -95,23 +95,42 @@ def install() -> None:
     _install_transactions()
 
 
+# aiokafka's transaction_timeout_ms, which Faust's producers keep: the brokers abort a transaction
+# open longer, so a commit not done by then can no longer succeed
+COMMIT_TIMEOUT_S = 60.0
+
+
+class CommitTimeout(Exception):
+    """A transaction commit that did not end within ``COMMIT_TIMEOUT_S``."""
+
+
 def _install_transactions() -> None:
     """Make a transaction commit that raises stop the worker (see the module's docstring), and one
     that succeeds tell the ``TransactionSender`` (``undo``)."""
     from faust.transport.consumer import TransactionManager
 
-    from . import internals
-
     commit = TransactionManager.commit
     if getattr(commit, "stream_dedup", False):
         return
+    TransactionManager.commit = checked(commit)  # type: ignore[method-assign]
+
+
+def checked(commit: Callable[..., Any], timeout_s: float = COMMIT_TIMEOUT_S) -> Callable[..., Any]:
+    """Faust's transaction commit that stops the worker when it raises or does not end within
+    ``timeout_s``. A commit seen waiting for aiokafka's ``commit_transaction`` for good after a
+    rebalance (three brokers, a worker killed) held every stage of its worker until the stall
+    watch's restart; past the transaction timeout nothing is lost by restarting."""
+    from . import internals
 
     async def checked_commit(self: Any, offsets: Mapping[Any, int], start_new_transaction: bool = True) -> bool:
         sender = internals.transaction_sender(self.app)
         done = sender.committing({internals.transactional_id(self.app, tp.topic, tp.partition) for tp in offsets}
                                  ) if sender is not None else None
         try:
-            committed = await commit(self, offsets, start_new_transaction)
+            try:
+                committed = await asyncio.wait_for(commit(self, offsets, start_new_transaction), timeout_s)
+            except asyncio.TimeoutError:
+                raise CommitTimeout(f"a transaction commit did not end in {timeout_s:g} s") from None
         except Exception as e:
             guard: DeliveryGuard | None = internals.delivery_guard(self.app)
             if guard is not None:
@@ -122,4 +141,4 @@ def _install_transactions() -> None:
         return committed
 
     checked_commit.stream_dedup = True  # type: ignore[attr-defined]
-    TransactionManager.commit = checked_commit  # type: ignore[method-assign]
+    return checked_commit

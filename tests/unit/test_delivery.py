@@ -156,3 +156,33 @@ def test_the_largest_state_record_a_worker_can_write_fits_its_changelog_topic():
     assert len(bucket) > 1_048_588 and len(state) > 1_048_588
     assert len(bucket) + 4 * 1024 < limits[f"{prefix}.index-changelog"]
     assert len(state) + 4 * 1024 < limits[f"{prefix}.decide-changelog"]
+
+
+def test_a_transaction_commit_that_never_ends_stops_the_worker_and_one_that_ends_goes_through():
+    """``delivery.checked``: a transaction commit still waiting after the timeout (seen: aiokafka's
+    ``commit_transaction`` waiting for good after a rebalance) fails through the guard, which stops
+    the worker for a restart, and raises; a commit that ends in time returns as Faust's."""
+    from types import SimpleNamespace
+
+    from stream_dedup.stream import internals
+    from stream_dedup.stream.delivery import CommitTimeout, checked
+
+    async def hangs(self, offsets, start_new_transaction=True):
+        await asyncio.Event().wait()
+
+    async def ends(self, offsets, start_new_transaction=True):
+        await asyncio.sleep(0.01)
+        return True
+
+    class App:  # weakly referenced by the patches' registry, as Faust's app is
+        crashed = False
+
+    failures = []
+    app = App()
+    internals.attach(app, fetch_max_wait_ms=100, fetch_min_bytes=1,
+                     delivery_guard=DeliveryGuard(lambda what, e: failures.append((what, e))))
+    manager = SimpleNamespace(app=app)
+    assert asyncio.run(checked(ends, timeout_s=5)(manager, {})) is True and not failures
+    with pytest.raises(CommitTimeout, match="did not end in 0.2 s"):
+        asyncio.run(checked(hangs, timeout_s=0.2)(manager, {}))
+    assert [(what, type(e)) for what, e in failures] == [("a transaction commit", CommitTimeout)]
