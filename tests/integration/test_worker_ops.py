@@ -425,11 +425,7 @@ def test_a_stalled_pages_partition_is_nudged_back_without_a_restart(kafka_settin
     restart. ``tests/faulty_worker.py`` pauses the worker's pages partitions after its first batch;
     the events after that must still get their verdicts, from the same process, well before the
     restart would come, through the nudge (resume and seek)."""
-    shared_data("news/thucnews_1000.jsonl")
-    events = labelled_stream(tmp_path, n_news=40, n_sms=160)
-    kafka_settings.topics.partitions = 2
-    apply(kafka_settings)
-    workers = Workers(kafka_settings, tmp_path)
+    events, workers = small_stream(kafka_settings, tmp_path, n_news=40, n_sms=160, clustered=False)
     first, rest = events[:20], events[20:]
     try:
         proc = workers.start("w0", FAULT_STALL="1", STREAM_DEDUP_WORKER__STALL_NUDGE_S="5",
@@ -493,11 +489,7 @@ def test_an_input_written_in_transactions_is_judged_and_committed_past_its_marke
     from stream_dedup.stream.kafka_io import producer, send
     from stream_dedup.stream.status import wait_drained
 
-    shared_data("news/thucnews_1000.jsonl")
-    events = labelled_stream(tmp_path, n_news=20, n_sms=180)
-    kafka_settings.topics.partitions = 2
-    apply(kafka_settings)
-    workers = Workers(kafka_settings, tmp_path)
+    events, workers = small_stream(kafka_settings, tmp_path, n_news=20, n_sms=180, clustered=False)
     try:
         proc = workers.start("w0")
         tx = producer(kafka_settings, **{"transactional.id": f"{kafka_settings.worker.app_id}-input"})
@@ -530,11 +522,7 @@ def test_a_committed_offset_the_consumer_lost_is_asked_of_the_broker(kafka_setti
     nothing is read again from offset 0."""
     from stream_dedup.stream.status import wait_drained
 
-    shared_data("news/thucnews_1000.jsonl")
-    events = labelled_stream(tmp_path, n_news=20, n_sms=180)
-    kafka_settings.topics.partitions = 2
-    apply(kafka_settings)
-    workers = Workers(kafka_settings, tmp_path)
+    events, workers = small_stream(kafka_settings, tmp_path, n_news=20, n_sms=180, clustered=False)
     try:
         proc = workers.start("w0", FAULT_FORGET_COMMITTED="1")
         produce_events(kafka_settings, events[:100])
@@ -557,10 +545,11 @@ def test_a_committed_offset_the_consumer_lost_is_asked_of_the_broker(kafka_setti
     assert set(got) == {e["id"] for e in events}, workers.logs()
 
 
-def small_stream(settings, tmp_path) -> tuple[list[dict], Workers]:
-    """400 labelled events (news and SMS, in clusters) for 2 partitions, and the test's workers."""
+def small_stream(settings, tmp_path, n_news: int = 80, n_sms: int = 320,
+                 clustered: bool = True) -> tuple[list[dict], Workers]:
+    """Labelled events (news and SMS, by default 400 in clusters) for 2 partitions, and the test's workers."""
     shared_data("news/thucnews_1000.jsonl")
-    events = labelled_stream(tmp_path, n_news=80, n_sms=320, clustered=True)
+    events = labelled_stream(tmp_path, n_news=n_news, n_sms=n_sms, clustered=clustered)
     settings.topics.partitions = 2
     apply(settings)
     return events, Workers(settings, tmp_path)
