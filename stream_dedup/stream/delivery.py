@@ -109,10 +109,33 @@ def _install_transactions() -> None:
     that succeeds tell the ``TransactionSender`` (``undo``)."""
     from faust.transport.consumer import TransactionManager
 
+    from faust.transport.drivers.aiokafka import Producer
+
     commit = TransactionManager.commit
     if getattr(commit, "stream_dedup", False):
         return
     TransactionManager.commit = checked(commit)  # type: ignore[method-assign]
+    Producer.stop_transaction = locked_stop(Producer.stop_transaction)  # type: ignore[method-assign]
+
+
+def locked_stop(stop: Callable[..., Any]) -> Callable[..., Any]:
+    """Faust's ``stop_transaction`` (a rebalance stops the producers of revoked partitions) that waits
+    for the transaction's lock, which Faust's commit holds while it sends offsets and commits: a
+    producer stopped in the middle of that commit never answers it (aiokafka leaves the futures of
+    a stopped sender unresolved), and the commit waited for good (a three-broker fault run: the
+    commit began a second before the rebalance stopped three producers)."""
+
+    async def stop_transaction(self: Any, transactional_id: str) -> None:
+        lock = self._trn_locks.get(transactional_id)
+        if lock is None:
+            await stop(self, transactional_id)
+            return
+        async with lock:
+            await stop(self, transactional_id)
+
+    stop_transaction.stream_dedup = True  # type: ignore[attr-defined]
+    stop_transaction.original = stop  # type: ignore[attr-defined]
+    return stop_transaction
 
 
 def checked(commit: Callable[..., Any], timeout_s: float = COMMIT_TIMEOUT_S) -> Callable[..., Any]:

@@ -60,6 +60,8 @@ PRIVATE: list[tuple[str, str, str]] = [
     ("aiokafka.producer.message_accumulator.MessageBatch", "_builder", "changelog.BulkSender"),
     ("faust.transport.consumer.TransactionManager", "commit",
      "transactional_id: the transaction id format it commits a partition's offsets in; patched: delivery"),
+    ("faust.transport.drivers.aiokafka.Producer", "stop_transaction", "patched: delivery.locked_stop"),
+    ("faust.transport.drivers.aiokafka.Producer", "_trn_locks", "delivery.locked_stop: the lock its commits hold"),
     ("faust.stores.rocksdb.Store", "_db_for_partition", "changelog.TableMapping, restore.BulkRestore"),
     ("faust.stores.rocksdb.Store", "_dbs", "worker: flush of every table database; changelog.TableMapping"),
     ("faust.stores.rocksdb.Store", "_open_for_partition", "rocks.BoundedStore: saved values back (undo)"),

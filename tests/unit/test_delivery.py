@@ -186,3 +186,41 @@ def test_a_transaction_commit_that_never_ends_stops_the_worker_and_one_that_ends
     with pytest.raises(CommitTimeout, match="did not end in 0.2 s"):
         asyncio.run(checked(hangs, timeout_s=0.2)(manager, {}))
     assert [(what, type(e)) for what, e in failures] == [("a transaction commit", CommitTimeout)]
+
+
+def test_a_producer_is_stopped_only_after_the_commit_that_holds_its_transaction_lock():
+    """``delivery.locked_stop``: Faust's commit holds the transaction's lock while it sends offsets and
+    commits; Faust's own ``stop_transaction`` stops the producer under it (its futures are then never
+    answered, and the commit waited for good), the locked one waits for the commit to end. A
+    transaction without a lock is stopped at once."""
+    from types import SimpleNamespace
+
+    from faust.transport.drivers.aiokafka import Producer
+
+    from stream_dedup.stream.delivery import locked_stop
+
+    faust_stop = getattr(Producer.stop_transaction, "original", Producer.stop_transaction)
+
+    async def scenario(stop) -> list[str]:
+        events: list[str] = []
+        owner = SimpleNamespace(_trn_locks={"app-1-3": asyncio.Lock()})
+
+        async def fake_stop(self, tid):
+            events.append(f"stop {tid}")
+
+        async def commit():
+            async with owner._trn_locks["app-1-3"]:
+                events.append("commit begins")
+                await asyncio.sleep(0.05)
+                events.append("commit ends")
+
+        task = asyncio.ensure_future(commit())
+        await asyncio.sleep(0.01)
+        await stop(fake_stop)(owner, "app-1-3")
+        await stop(fake_stop)(owner, "app-9-9")
+        await task
+        return events
+
+    assert asyncio.run(scenario(locked_stop)) == ["commit begins", "commit ends", "stop app-1-3", "stop app-9-9"]
+    assert asyncio.run(scenario(lambda s: s)) == ["commit begins", "stop app-1-3", "stop app-9-9", "commit ends"]
+    assert "_trn_locks" not in faust_stop.__code__.co_names  # Faust's own stop takes no lock: the patch is needed
