@@ -108,7 +108,6 @@ def _install_transactions() -> None:
     """Make a transaction commit that raises stop the worker (see the module's docstring), and one
     that succeeds tell the ``TransactionSender`` (``undo``)."""
     from faust.transport.consumer import TransactionManager
-
     from faust.transport.drivers.aiokafka import Producer
 
     commit = TransactionManager.commit

@@ -367,9 +367,9 @@ def check_versions() -> list[str]:
 def install() -> None:
     """Install every patch (idempotent): the fetch settings, committed highwaters (and the wait for
     their commit markers), the bulk restore, fetched records safe from seeks, recovery's short
-    wait for a changelog record, the delivery guard
-    on commits, the fast hand-over of fetched messages, strict commits (no gap taken on internal
-    topics), and the bounded RocksDB store."""
+    wait for a changelog record, the delivery guard on commits (and, under exactly-once, bounded
+    transaction commits and producers stopped only after them), the fast hand-over of fetched
+    messages, strict commits (no fetch jump taken as processed), and the bounded RocksDB store."""
     from . import commits, delivery, drain, rocks
 
     for problem in check_versions():
